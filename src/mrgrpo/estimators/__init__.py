@@ -1,0 +1,24 @@
+"""Advantage estimators: pure, vectorized functions of reward tensors, dispatched by name.
+
+One module per estimator; each registers itself on import. Use :func:`compute_advantages`.
+"""
+
+from mrgrpo.estimators import corr_grpo, dr_grpo, gdpo, grpo, sa_mrpo  # noqa: F401  (registration)
+from mrgrpo.estimators.groups import Groups, make_groups
+from mrgrpo.estimators.registry import (
+    Estimator,
+    available_estimators,
+    compute_advantages,
+    get_estimator,
+    register_estimator,
+)
+
+__all__ = [
+    "Estimator",
+    "Groups",
+    "available_estimators",
+    "compute_advantages",
+    "get_estimator",
+    "make_groups",
+    "register_estimator",
+]
