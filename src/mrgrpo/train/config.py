@@ -1,0 +1,224 @@
+"""The typed, validated configuration of a training run (``mrgrpo train``).
+
+One YAML file (or the embedded default, :data:`mrgrpo.train.defaults.DEFAULT_CONFIG`) maps
+onto :class:`TrainConfig`. Unknown keys are errors, at every level, including the ``trainer``
+section, whose keys must be fields of TRL's ``GRPOConfig`` (they are passed through unchanged,
+so vLLM, multi-GPU and DeepSpeed settings work exactly as in TRL).
+
+Example::
+
+    model: smollm2                   # preset (tiny | smollm2) or a local/hub path
+    task: {name: chain_sum, options: {min_terms: 2, max_terms: 2}}
+    rewards: {suite: math, weights: {correctness: 1.0, format: 0.5, length: 0.5}}
+    estimator: corr_grpo
+    estimator_options: {}
+    max_steps: 40
+    max_wall_seconds: 540
+    trainer: {learning_rate: 1.0e-5, num_generations: 4, per_device_train_batch_size: 8}
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# GRPOConfig fields mrgrpo sets itself from the top level of the config (one source of truth).
+RESERVED_TRAINER_KEYS = {
+    "output_dir": "use `--out DIR` (the run directory)",
+    "max_steps": "use the top-level `max_steps`",
+    "save_steps": "use the top-level `save_steps`",
+    "seed": "use the top-level `seed`",
+    "reward_weights": "use `rewards.weights`",
+    "multi_objective_aggregation": "advantages come from `estimator` (gdpo = normalize_then_sum)",
+    "scale_rewards": "advantages come from `estimator` (e.g. `estimator_options: {scale: batch}` for grpo)",
+    "resume_from_checkpoint": "use `mrgrpo train --resume RUN_DIR`",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with a message that names the key and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TaskConfig(_Strict):
+    """Where prompts come from.
+
+    ``name`` is ``arithmetic`` (the built-in one-digit task the tiny preset is made for) or
+    any reasoning-gym dataset name (``chain_sum``, ``basic_arithmetic``, ``gsm_symbolic``, ...),
+    built with ``options`` as its keyword arguments.
+    """
+
+    name: str = "chain_sum"
+    options: dict[str, Any] = Field(default_factory=dict)
+    size: int = Field(1000, gt=0, description="number of training prompts")
+    eval_size: int = Field(100, gt=0, description="number of held-out prompts (`mrgrpo eval`)")
+    seed: int = 0
+    system_prompt: str | None = Field(
+        "Solve the arithmetic problem. Think briefly, then give only the final number inside "
+        "<answer></answer>.",
+        description="system line; null for none",
+    )
+    few_shot: int = Field(1, ge=0, le=4, description="worked example exchanges put before each prompt")
+
+
+class RewardsConfig(_Strict):
+    """The reward suite: a registered suite name, its factory options, which components (in
+    order; default all) and their weights (a mapping for some, default the suite's)."""
+
+    suite: str = "math"
+    options: dict[str, Any] = Field(default_factory=dict)
+    components: list[str] | None = None
+    weights: dict[str, float] | None = None
+
+
+class TrainConfig(_Strict):
+    """A full training run. ``trainer`` holds GRPOConfig fields, passed through."""
+
+    model: str = Field("smollm2", description="preset (tiny | smollm2) or local/hub path")
+    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="from_pretrained kwargs")
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
+    estimator: str = "corr_grpo"
+    estimator_options: dict[str, Any] = Field(default_factory=dict)
+    max_steps: int = Field(40, gt=0)
+    max_wall_seconds: float | None = Field(
+        None, gt=0, description="stop (and save) before this many seconds since the job started"
+    )
+    save_steps: int = Field(10, gt=0, description="checkpoint every N steps (and at the end)")
+    seed: int = 0
+    trainer: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("estimator")
+    @classmethod
+    def _known_estimator(cls, name: str) -> str:
+        from mrgrpo.estimators import available_estimators
+
+        if name not in available_estimators():
+            raise ValueError(f"unknown estimator {name!r}; available: {', '.join(available_estimators())}")
+        return name
+
+    @field_validator("trainer")
+    @classmethod
+    def _grpo_fields(cls, trainer: dict[str, Any]) -> dict[str, Any]:
+        from trl import GRPOConfig
+
+        known = {f.name for f in dataclasses.fields(GRPOConfig)}
+        problems = []
+        for key in trainer:
+            if key in RESERVED_TRAINER_KEYS:
+                problems.append(f"trainer.{key} is set by mrgrpo: {RESERVED_TRAINER_KEYS[key]}")
+            elif key not in known:
+                close = _close_matches(key, known)
+                problems.append(f"trainer.{key} is not a GRPOConfig field" + (f" (did you mean {close}?)" if close else ""))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return trainer
+
+    @model_validator(mode="after")
+    def _estimator_options(self) -> TrainConfig:
+        from mrgrpo.estimators import get_estimator
+
+        spec = get_estimator(self.estimator)
+        unknown = sorted(set(self.estimator_options) - set(spec.options))
+        if unknown:
+            known = ", ".join(f"{k}={v!r}" for k, v in spec.options.items() if k != "reward_ranges") or "none"
+            raise ValueError(
+                f"estimator_options: {self.estimator!r} has no option(s) {unknown}; its options (defaults): {known}"
+            )
+        return self
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _close_matches(key: str, known: set[str]) -> str:
+    import difflib
+
+    return ", ".join(difflib.get_close_matches(key, sorted(known), n=3))
+
+
+def _format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"invalid config ({source}):"]
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        message = message.removeprefix("Value error, ")
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML (numbers, bools, lists, mappings), with ``1e-5``-style floats."""
+    value = yaml.safe_load(text) if text.strip() else ""
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value.lower() for c in ".e") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``key.sub=value`` assignments applied to a raw config mapping (a copy)."""
+    data = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value (e.g. --set trainer.learning_rate=1e-5)")
+        key, text = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"--set {item!r}: empty key part")
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {part!r} is not a mapping")
+            node = child
+        node[parts[-1]] = parse_value(text)
+    return data
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    estimator: str | None = None,
+) -> TrainConfig:
+    """The validated config: ``path`` (YAML; default the embedded demo), then ``--estimator``,
+    then ``--set`` overrides. Raises :class:`ConfigError` with one line per problem."""
+    from mrgrpo.train.defaults import DEFAULT_CONFIG
+
+    if path is None:
+        data, source = copy.deepcopy(DEFAULT_CONFIG), "embedded default"
+    else:
+        source = str(path)
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
+    if estimator is not None:
+        data["estimator"] = estimator
+    data = apply_overrides(data, overrides or [])
+    return validate_config(data, source)
+
+
+def validate_config(data: dict[str, Any], source: str = "config") -> TrainConfig:
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error, source)) from None

@@ -1,0 +1,204 @@
+"""The ``mrgrpo train`` job: a run directory around :class:`MultiRewardGRPOTrainer`.
+
+A run directory holds::
+
+    config.yaml          the resolved mrgrpo config (every default filled in)
+    grpo_config.json     the resolved TRL GRPOConfig the trainer ran with
+    metrics.jsonl        one JSON line per step (TRL's metrics + mrgrpo/...)
+    diagnostics.jsonl    mrgrpo.diagnose of each step's reward batch
+    tensorboard/         TensorBoard events of the same scalars
+    checkpoint-N/        model, tokenizer, optimizer, scheduler, RNG and trainer state
+    report.md, *.png     written at the end (also after a Ctrl-C or wall-clock stop)
+
+``--resume RUN_DIR`` re-reads ``config.yaml``, continues from the last checkpoint (same step
+counter, optimizer and RNG state) and drops metrics lines logged after that checkpoint, so a
+crash loses at most one checkpoint interval and leaves no duplicates.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mrgrpo.train.config import ConfigError, TrainConfig, apply_overrides, validate_config
+
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: int
+    stop_reason: str
+    seconds: float
+    last_checkpoint: Path | None
+
+
+def default_run_dir(config: TrainConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{config.estimator}"
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(run_dir)) if Path(run_dir).is_dir() else None
+    return Path(found) if found else None
+
+
+def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainConfig:
+    """The config a run was started with, with optional ``--set`` overrides (e.g. more steps)."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"--resume {run_dir}: no {CONFIG_FILE} there; is it a run directory?")
+    data = yaml.safe_load(path.read_text()) or {}
+    return validate_config(apply_overrides(data, overrides or []), str(path))
+
+
+def grpo_config(config: TrainConfig, run_dir: Path) -> Any:
+    """TRL's ``GRPOConfig``: mrgrpo's run settings, CPU defaults, then ``config.trainer``."""
+    import torch
+    from trl import GRPOConfig
+
+    settings: dict[str, Any] = {
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_total_limit": 2,
+        "report_to": "none",  # TensorBoard is written by the job itself; add wandb etc. here
+        "disable_tqdm": True,  # the job draws its own progress bar
+        "log_completions": False,
+    }
+    if not torch.cuda.is_available():
+        settings.update({"use_cpu": True, "bf16": False, "fp16": False, "gradient_checkpointing": False})
+    settings.update(config.trainer)
+    settings.update(
+        {
+            "output_dir": str(run_dir),
+            "max_steps": config.max_steps,
+            "save_steps": config.save_steps,
+            "seed": config.seed,
+        }
+    )
+    try:
+        return GRPOConfig(**settings)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"invalid trainer settings: {error}") from None
+
+
+def build_suite(config: TrainConfig, tokenizer: Any) -> Any:
+    """The reward suite of ``config.rewards`` (``tokenizer`` given to suites that count tokens)."""
+    from mrgrpo.rewards import get_suite
+    from mrgrpo.rewards.base import _SUITES, _import_builtin_suites
+
+    options = dict(config.rewards.options)
+    _import_builtin_suites()
+    factory = _SUITES.get(config.rewards.suite)
+    if factory is not None and "tokenizer" in inspect.signature(factory).parameters:
+        options.setdefault("tokenizer", tokenizer)
+    try:
+        suite = get_suite(config.rewards.suite, **options)
+        if config.rewards.components is not None:
+            suite = suite.select(config.rewards.components)
+        if config.rewards.weights is not None:
+            suite = suite.with_weights(config.rewards.weights)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"rewards: {error}") from None
+    return suite
+
+
+def run_train(
+    config: TrainConfig,
+    out: str | Path | None = None,
+    resume: str | Path | None = None,
+    job_started: float | None = None,
+    extra_callbacks: list[Any] | None = None,
+    quiet: bool = False,
+) -> RunResult:
+    """Train as configured; returns where the run lives and why it stopped."""
+    from rich.console import Console
+    from transformers import PrinterCallback
+    from transformers import ProgressCallback as HFProgressCallback
+
+    from mrgrpo.train.callbacks import ProgressCallback, RunLogCallback, StopCallback, truncate_jsonl
+    from mrgrpo.train.presets import load_model
+    from mrgrpo.train.report import write_report
+    from mrgrpo.train.tasks import build_dataset
+    from mrgrpo.train.trainer import MultiRewardGRPOTrainer
+
+    job_started = time.monotonic() if job_started is None else job_started
+    console = Console(stderr=True, quiet=quiet)
+    checkpoint: Path | None = None
+    if resume is not None:
+        run_dir = Path(resume)
+        checkpoint = last_checkpoint(run_dir)
+        if checkpoint is None:
+            raise ConfigError(f"--resume {run_dir}: no checkpoint-N directory to resume from")
+    else:
+        run_dir = Path(out) if out is not None else default_run_dir(config)
+        if last_checkpoint(run_dir) is not None:
+            raise ConfigError(f"{run_dir} already holds checkpoints: use --resume {run_dir} or another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    args = grpo_config(config, run_dir)
+    (run_dir / CONFIG_FILE).write_text(config.to_yaml())
+    (run_dir / "grpo_config.json").write_text(args.to_json_string())
+
+    resumed_step = 0
+    if checkpoint is not None:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+        resumed_step = int(state["global_step"])
+        truncate_jsonl(run_dir / "metrics.jsonl", resumed_step)
+        truncate_jsonl(run_dir / "diagnostics.jsonl", resumed_step)
+        console.print(f"resuming {run_dir} from {checkpoint.name} (step {resumed_step})")
+
+    console.print(f"loading model {config.model!r} ...")
+    loaded = load_model(config.model, seed=config.seed, **config.model_kwargs)
+    suite = build_suite(config, loaded.tokenizer)
+    try:
+        dataset = build_dataset(config.task, "train", chat=loaded.chat)
+    except ValueError as error:
+        raise ConfigError(f"task: {error}") from None
+
+    stop = StopCallback(config.max_wall_seconds, job_started)
+    log_cb = RunLogCallback(run_dir, purge_step=resumed_step + 1 if resumed_step else None)
+    progress = ProgressCallback(suite.names, stop, console=console)
+    trainer = MultiRewardGRPOTrainer(
+        model=loaded.model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=loaded.tokenizer,
+        suite=suite,
+        estimator=config.estimator,
+        estimator_options=config.estimator_options,
+        callbacks=[stop, log_cb, progress, *(extra_callbacks or [])],
+    )
+    log_cb.trainer = trainer
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(HFProgressCallback)
+    if resumed_step:
+        metrics = run_dir / "metrics.jsonl"
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        log_cb.elapsed_before = json.loads(lines[-1]).get("time_s", 0.0) if lines else 0.0
+
+    console.print(
+        f"training {loaded.name} with {config.estimator} on {config.task.name} "
+        f"({', '.join(f'{n}×{w:g}' for n, w in zip(suite.names, suite.weights))}) → {run_dir}"
+    )
+    stop.install()
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        stop.uninstall()
+    steps = int(trainer.state.global_step)
+    reason = stop.reason or ("max_steps reached" if steps >= config.max_steps else "stopped")
+    final = last_checkpoint(run_dir)
+    seconds = time.monotonic() - job_started
+    write_report(run_dir, config, steps=steps, stop_reason=reason, seconds=seconds, checkpoint=final)
+    console.print(f"done: {steps} steps ({reason}) in {seconds:.0f} s; report: {run_dir / 'report.md'}")
+    return RunResult(run_dir, steps, reason, seconds, final)

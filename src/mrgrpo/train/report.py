@@ -1,0 +1,211 @@
+"""``report.md`` and its PNG plots, from a run directory's ``metrics.jsonl`` and ``diagnostics.jsonl``.
+
+Plots: per-component reward curves (raw and moving average), the weighted total, the advantage
+spread (std, mean |A|, min–max band), and the in-group reward correlation matrix at the start
+and at the end of the run (mean over the first / last few steps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+WINDOW = 5  # moving-average window and the number of steps averaged for "start" and "end"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    steps, values = [], []
+    for record in records:
+        value = record.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            steps.append(int(record["step"]))
+            values.append(float(value))
+    return steps, values
+
+
+def moving_average(values: list[float], window: int = WINDOW) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        out.append(sum(chunk) / len(chunk))
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _mean_matrix(records: list[dict[str, Any]]) -> list[list[float | None]] | None:
+    matrices = [r.get("correlation") for r in records if r.get("correlation")]
+    if not matrices:
+        return None
+    k = len(matrices[0])
+    out: list[list[float | None]] = []
+    for i in range(k):
+        row: list[float | None] = []
+        for j in range(k):
+            vals = [m[i][j] for m in matrices if m[i][j] is not None]
+            row.append(sum(vals) / len(vals) if vals else None)
+        out.append(row)
+    return out
+
+
+def _plot_rewards(path: Path, metrics: list[dict[str, Any]], names: list[str]) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = False
+    for name in names:
+        steps, values = _series(metrics, f"mrgrpo/rewards/{name}")
+        if steps:
+            (line,) = ax.plot(steps, values, alpha=0.3)
+            ax.plot(steps, moving_average(values), color=line.get_color(), label=name)
+            drawn = True
+    ax.set(xlabel="step", ylabel="mean reward", title=f"reward components (moving average over {WINDOW} steps)")
+    if drawn:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return drawn
+
+
+def _plot_total(path: Path, metrics: list[dict[str, Any]]) -> bool:
+    import matplotlib.pyplot as plt
+
+    steps, values = _series(metrics, "mrgrpo/reward_total")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if steps:
+        ax.plot(steps, values, alpha=0.3, color="C0")
+        ax.plot(steps, moving_average(values), color="C0", label="weighted total")
+        ax.legend()
+    ax.set(xlabel="step", ylabel="weighted total reward", title="total reward")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return bool(steps)
+
+
+def _plot_advantages(path: Path, metrics: list[dict[str, Any]]) -> bool:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps, std = _series(metrics, "mrgrpo/advantages/std")
+    if steps:
+        ax.plot(steps, std, label="std")
+        s2, abs_mean = _series(metrics, "mrgrpo/advantages/abs_mean")
+        ax.plot(s2, abs_mean, label="mean |A|")
+        s3, lo = _series(metrics, "mrgrpo/advantages/min")
+        s4, hi = _series(metrics, "mrgrpo/advantages/max")
+        if s3 == s4 and s3:
+            ax.fill_between(s3, lo, hi, alpha=0.15, label="min–max")
+        ax.legend()
+    ax.set(xlabel="step", ylabel="advantage", title="advantage spread")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return bool(steps)
+
+
+def _plot_correlation(path: Path, start: Any, end: Any, names: list[str]) -> bool:
+    import matplotlib.pyplot as plt
+
+    if start is None and end is None:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.8))
+    for ax, matrix, title in ((axes[0], start, "start"), (axes[1], end, "end")):
+        ax.set_title(f"in-group correlation ({title})")
+        ax.set_xticks(range(len(names)), names, rotation=30)
+        ax.set_yticks(range(len(names)), names)
+        if matrix is None:
+            continue
+        data = [[float("nan") if v is None else v for v in row] for row in matrix]
+        image = ax.imshow(data, vmin=-1, vmax=1, cmap="coolwarm")
+        for i, row in enumerate(data):
+            for j, value in enumerate(row):
+                ax.text(j, i, "–" if math.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def write_report(
+    run_dir: Path,
+    config: Any,
+    steps: int,
+    stop_reason: str,
+    seconds: float,
+    checkpoint: Path | None,
+) -> Path:
+    """Write ``report.md`` and the PNGs into ``run_dir``; returns the report's path."""
+    run_dir = Path(run_dir)
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    diagnostics = read_jsonl(run_dir / "diagnostics.jsonl")
+    names = next((d["names"] for d in diagnostics if d.get("names")), None)
+    if names is None:
+        prefix = "mrgrpo/rewards/"
+        names = sorted({k[len(prefix) :] for r in metrics for k in r if k.startswith(prefix)})
+    plots = {
+        "rewards.png": _plot_rewards(run_dir / "rewards.png", metrics, names),
+        "reward_total.png": _plot_total(run_dir / "reward_total.png", metrics),
+        "advantages.png": _plot_advantages(run_dir / "advantages.png", metrics),
+        "correlation.png": _plot_correlation(
+            run_dir / "correlation.png",
+            _mean_matrix(diagnostics[:WINDOW]),
+            _mean_matrix(diagnostics[-WINDOW:]),
+            names,
+        ),
+    }
+    lines = [
+        f"# mrgrpo run: {config.estimator} on {config.task.name}",
+        "",
+        f"- model: `{config.model}`; reward suite `{config.rewards.suite}`; estimator `{config.estimator}`"
+        + (f" {config.estimator_options}" if config.estimator_options else ""),
+        f"- steps: {steps} (stopped: {stop_reason}); job time {seconds:.0f} s",
+        f"- last checkpoint: `{checkpoint.name if checkpoint else 'none'}`",
+        "",
+        f"## Rewards (mean of the first / last {WINDOW} logged steps)",
+        "",
+        "| component | start | end | change |",
+        "|---|---|---|---|",
+    ]
+    for key, label in [(f"mrgrpo/rewards/{n}", n) for n in names] + [("mrgrpo/reward_total", "**total**")]:
+        _, values = _series(metrics, key)
+        start, end = _mean(values[:WINDOW]), _mean(values[-WINDOW:])
+        change = None if start is None or end is None else end - start
+        lines.append(f"| {label} | {_fmt(start)} | {_fmt(end)} | {_fmt(change)} |")
+    lines += ["", "## Plots", ""]
+    for file, drawn in plots.items():
+        if drawn:
+            lines.append(f"![{file[:-4]}]({file})")
+    lines += [
+        "",
+        "Files: `config.yaml` (resolved config), `metrics.jsonl` (one line per step), "
+        "`diagnostics.jsonl` (mrgrpo.diagnose per step), `tensorboard/`, `checkpoint-N/`.",
+        "",
+    ]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,181 @@
+"""``MultiRewardGRPOTrainer``: TRL's GRPOTrainer with advantages from any mrgrpo estimator.
+
+TRL 1.16 computes advantages inline in ``_generate_and_score_completions`` (no hook). This
+subclass keeps the gathered reward matrix from ``_calculate_rewards`` (``[B_global, K]``, NaN =
+unscored), recomputes the advantages with :func:`mrgrpo.compute_advantages` over the whole
+gathered generation batch (groups = consecutive blocks of ``num_generations`` rollouts of one
+prompt), writes this process's slice into the batch the loss reads, and logs what was used.
+Everything else (generation, vLLM, the loss, DeepSpeed/multi-GPU) is TRL's, unchanged.
+
+Logged every step (``mrgrpo/`` prefix, averaged over a logging interval like TRL's metrics):
+``rewards/<name>`` component means, ``reward_total`` (weighted sum with our weights),
+``advantages/{mean,std,abs_mean,min,max,frac_zero}``, ``seconds`` (time in mrgrpo code), and
+``diag/...`` scalars from :func:`mrgrpo.diagnose` on the main process.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from mrgrpo.diagnostics import diagnose
+from mrgrpo.estimators import compute_advantages, get_estimator
+from mrgrpo.rewards.base import RewardSuite
+
+
+def flatten_scalars(data: Any, prefix: str) -> dict[str, float]:
+    """Numeric leaves of a nested dict as ``prefix/a/b`` keys (lists and ``None`` skipped)."""
+    out: dict[str, float] = {}
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out.update(flatten_scalars(value, f"{prefix}/{key}"))
+    elif isinstance(data, bool):
+        out[prefix] = float(data)
+    elif isinstance(data, (int, float)):
+        out[prefix] = float(data)
+    return out
+
+
+class MultiRewardGRPOTrainer(GRPOTrainer):
+    """A ``trl.GRPOTrainer`` whose advantages come from a registered mrgrpo estimator.
+
+    Args:
+        suite: a :class:`~mrgrpo.rewards.RewardSuite`; its components become the reward
+            functions and its weights and ranges the estimator's. Alternatively pass TRL's
+            ``reward_funcs`` (weights from ``args.reward_weights``, ranges from each function's
+            ``range`` attribute when present).
+        estimator: a name from :func:`mrgrpo.available_estimators`.
+        estimator_options: the estimator's keyword options; ``reward_ranges`` defaults to the
+            suite's for estimators that take it (``sa_mrpo``).
+        diagnostics: run :func:`mrgrpo.diagnose` every step on the main process.
+        **kwargs: everything ``trl.GRPOTrainer`` takes (``model``, ``args``, ``train_dataset``,
+            ``processing_class``, ``callbacks``, ...).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        suite: RewardSuite | None = None,
+        estimator: str = "grpo",
+        estimator_options: dict[str, Any] | None = None,
+        diagnostics: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        spec = get_estimator(estimator)
+        options = dict(estimator_options or {})
+        spec.check_options(options)
+        if suite is not None:
+            if kwargs.get("reward_funcs") is not None:
+                raise ValueError("pass either suite= or reward_funcs=, not both")
+            if args:
+                raise TypeError("with suite=, pass the other GRPOTrainer arguments by keyword")
+            kwargs["reward_funcs"] = list(suite.components)
+            if kwargs.get("args") is not None:
+                kwargs["args"].reward_weights = list(suite.weights)  # so TRL's own `reward` log agrees
+        super().__init__(*args, **kwargs)
+        if suite is not None:
+            self.reward_weights = torch.tensor(suite.weights, dtype=torch.float32)
+            self.reward_names: list[str] = suite.names
+            ranges: list[tuple[float, float]] | None = suite.reward_ranges
+        else:
+            self.reward_names = list(self.reward_func_names)
+            found = [getattr(f, "range", None) for f in self.reward_funcs]
+            ranges = [tuple(r) for r in found] if all(r is not None for r in found) else None
+        self.reward_ranges = ranges
+        if "reward_ranges" in spec.options and "reward_ranges" not in options:
+            if ranges is None:
+                raise ValueError(
+                    f"estimator {estimator!r} needs reward_ranges: use a RewardSuite, reward functions "
+                    "with a `range` attribute, or estimator_options={'reward_ranges': [(lo, hi), ...]}"
+                )
+            options["reward_ranges"] = ranges
+        self.estimator = estimator
+        self.estimator_options = options
+        self.run_diagnostics = diagnostics
+        self.mrgrpo_seconds = 0.0  # total time spent in mrgrpo's advantage + diagnostics code
+        self.last_diagnostics: dict[str, Any] | None = None
+        self.last_advantages: torch.Tensor | None = None  # gathered, as handed to the loss
+        self._gathered_rewards: torch.Tensor | None = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        rewards = self._gathered_rewards
+        if rewards is None:  # pragma: no cover - TRL always scores before returning
+            raise RuntimeError("MultiRewardGRPOTrainer: no rewards were recorded for this batch")
+        self._gathered_rewards = None
+        mode = "train" if self.model.training else "eval"
+        start = time.perf_counter()
+        advantages = self.advantages_for(rewards, mode)
+        local = len(inputs)
+        process_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
+        trl_advantages = output["advantages"]
+        output["advantages"] = advantages[process_slice].to(device=trl_advantages.device, dtype=trl_advantages.dtype)
+        self.last_advantages = advantages.detach()
+        self._log_mrgrpo(rewards, advantages, mode)
+        elapsed = time.perf_counter() - start
+        self.mrgrpo_seconds += elapsed
+        self._metrics[mode]["mrgrpo/seconds"].append(elapsed)
+        return output
+
+    def group_ids(self, num_rollouts: int, mode: str = "train") -> torch.Tensor:
+        """Rollouts of one prompt are consecutive blocks of ``num_generations``."""
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        return torch.arange(num_rollouts) // num_generations
+
+    def advantages_for(self, rewards: torch.Tensor, mode: str = "train") -> torch.Tensor:
+        """Advantages ``[B_global]`` of a gathered reward matrix ``[B_global, K]``."""
+        group_ids = self.group_ids(rewards.shape[0], mode).to(rewards.device)
+        return compute_advantages(
+            rewards, group_ids, self.estimator, weights=self._weights(rewards), **self.estimator_options
+        )
+
+    def _weights(self, rewards: torch.Tensor) -> torch.Tensor:
+        return self.reward_weights.to(device=rewards.device, dtype=torch.float64)
+
+    def _log_mrgrpo(self, rewards: torch.Tensor, advantages: torch.Tensor, mode: str) -> None:
+        metrics = self._metrics[mode]
+        values = rewards.detach().to(torch.float64)
+        for i, name in enumerate(self.reward_names):
+            metrics[f"mrgrpo/rewards/{name}"].append(_nanmean(values[:, i]))
+        scored = ~torch.isnan(values).all(dim=1)
+        total = (torch.nan_to_num(values) * self._weights(values)).sum(dim=1)[scored]
+        metrics["mrgrpo/reward_total"].append(float(total.mean()) if total.numel() else float("nan"))
+        adv = advantages.detach().to(torch.float64)
+        metrics["mrgrpo/advantages/mean"].append(float(adv.mean()))
+        metrics["mrgrpo/advantages/std"].append(float(adv.std()) if adv.numel() > 1 else 0.0)
+        metrics["mrgrpo/advantages/abs_mean"].append(float(adv.abs().mean()))
+        metrics["mrgrpo/advantages/min"].append(float(adv.min()))
+        metrics["mrgrpo/advantages/max"].append(float(adv.max()))
+        metrics["mrgrpo/advantages/frac_zero"].append(float((adv.abs() < 1e-8).to(torch.float64).mean()))
+        # Replace TRL's advantages in the completions table with the ones actually trained on.
+        logged = self._logs["advantages"]
+        for _ in range(min(len(adv), len(logged))):
+            logged.pop()
+        logged.extend(adv.tolist())
+        if self.run_diagnostics and self.accelerator.is_main_process:
+            report = diagnose(
+                values,
+                self.group_ids(values.shape[0], mode),
+                weights=self._weights(values),
+                reward_ranges=self.reward_ranges,
+                names=self.reward_names,
+            )
+            self.last_diagnostics = report
+            for key, value in flatten_scalars(report, "mrgrpo/diag").items():
+                if key.startswith(("mrgrpo/diag/num_", "mrgrpo/diag/weights")):
+                    continue
+                metrics[key].append(value)
+
+
+def _nanmean(column: torch.Tensor) -> float:
+    kept = column[~torch.isnan(column)]
+    return float(kept.mean()) if kept.numel() else float("nan")
+
