@@ -10,21 +10,20 @@ from mrgrpo.estimators.groups import Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
 
 
-def correlation_sum(centered: Tensor, groups: Groups, weights: Tensor) -> Tensor:
+def correlation_sum(weighted_centered: Tensor, groups: Groups) -> Tensor:
     """``Σ_{l,m} ρ_lm`` per group ``[num_groups]``, ρ the Pearson correlation of the weighted
     components within the group.
 
-    With ``z_il = sign(w_l) c_il / sqrt(Σ_{i∈g} c_il²)`` (``c`` the in-group centered values;
-    ``z = 0`` for a component with zero in-group variance or zero weight, which zeroes its row
-    and column, diagonal included), ``ρ_lm = Σ_i z_il z_im`` and so
+    ``weighted_centered`` ``[N, K]`` holds ``c_il = w_l (r_il − mean_g r_l)``. With
+    ``z_il = c_il / sqrt(Σ_{i∈g} c_il²)`` (``z = 0`` for a component with zero in-group
+    variance or zero weight, which zeroes its row and column, diagonal included; a negative
+    weight flips the sign of its correlations), ``ρ_lm = Σ_i z_il z_im`` and so
     ``Σ_{l,m} ρ_lm = Σ_{i∈g} (Σ_l z_il)²``: a sum of squares, never negative, even in
     floating point. ρ is ddof-free (the ``1/(n − ddof)`` factors cancel).
     """
-    sum_sq = groups.sum(centered * centered)
-    norm = groups.gather(sum_sq.sqrt())
-    sign = torch.sign(weights)
-    z = torch.where(norm > 0, centered / torch.where(norm > 0, norm, torch.ones_like(norm)), torch.zeros_like(norm))
-    row = (z * sign).sum(dim=1, keepdim=True)
+    norm = groups.gather(groups.sum(weighted_centered * weighted_centered).sqrt())
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    row = torch.where(norm > 0, weighted_centered / safe, torch.zeros_like(norm)).sum(dim=1, keepdim=True)
     return groups.sum(row * row).squeeze(1)
 
 
@@ -58,7 +57,8 @@ def corr_grpo(
     """
     eps = check_eps(eps, "corr_grpo")
     centered = group_moments(rewards, groups).centered
-    numerator = (centered * weights).sum(dim=1)
-    denominator = (groups.gather(correlation_sum(centered * weights, groups, weights)) + eps).sqrt()
+    weighted = centered * weights
+    numerator = weighted.sum(dim=1)
+    denominator = (groups.gather(correlation_sum(weighted, groups)) + eps).sqrt()
     safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
     return torch.where(numerator != 0, numerator / safe, torch.zeros_like(numerator))

@@ -1,0 +1,173 @@
+"""Statistics of a multi-component reward batch: what each estimator will make of it.
+
+Pure functions of tensors, like the estimators. :func:`diagnose` returns a plain,
+JSON-serializable dict (undefined quantities are ``None``, never NaN) that the trainer logs
+every step and ``mrgrpo diagnose`` prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mrgrpo.estimators import available_estimators, get_estimator
+from mrgrpo.estimators._checks import check_reward_ranges
+from mrgrpo.estimators.corr_grpo import correlation_sum
+from mrgrpo.estimators.groups import Groups, group_moments, make_groups
+from mrgrpo.estimators.registry import as_reward_matrix, as_weights
+
+#: Advantages closer than this count as the same value when counting distinct advantages.
+DISTINCT_DECIMALS = 6
+
+
+def diagnose(
+    rewards: Any,
+    group_ids: Any,
+    weights: Any = None,
+    reward_ranges: Any = None,
+    names: Sequence[str] | None = None,
+    *,
+    eps_grpo: float = 1e-4,
+    eps_corr: float = 1e-6,
+) -> dict[str, Any]:
+    """Diagnostics of a reward batch ``rewards`` ``[N, K]`` grouped by ``group_ids`` ``[N]``.
+
+    Returns a dict with:
+
+    * ``components``: per component ``mean``, ``std`` (batch, ddof=1, NaN ignored),
+      ``scored`` (fraction of rollouts scored) and ``saturation`` (``(mean − lo)/(hi − lo)``
+      clipped to [0, 1]; ``None`` without ``reward_ranges``).
+    * ``correlation``: ``[K][K]`` in-group Pearson correlation of the raw components, averaged
+      over the groups where both components vary (``None`` where no group has both varying).
+    * ``variance_share``: per component, ``Σ_m w_l w_m Cov_lm / Var(T)`` averaged over the
+      groups whose weighted total ``T`` varies: how much of GRPO's denominator each component
+      owns (shares sum to 1; a negative share means the component cancels others).
+    * ``scale``: median over varying groups of GRPO's ``1/(std_g T + eps)`` (ddof=1) and
+      CorrGRPO's ``1/sqrt(Σρ + eps)``.
+    * ``zero_variance_fraction``: fraction of groups whose total ``T`` is constant (GRPO gives
+      them zero advantage).
+    * ``advantage_collapse``: ``distinct_reward_profiles`` (mean distinct reward rows per group)
+      and, per estimator, the mean number of distinct advantage values per group (rounded to
+      ``DISTINCT_DECIMALS``). Fewer advantages than profiles = GDPO's "advantage collapse".
+
+    NaN entries are mean-imputed in the in-group statistics (centered value 0), as in
+    ``corr_grpo``.
+    """
+    values, _ = as_reward_matrix(rewards)
+    n, k = values.shape
+    groups = make_groups(group_ids, n, device=values.device)
+    w = as_weights(weights, k, values.device)
+    ranges = check_reward_ranges(reward_ranges, k, "diagnose") if reward_ranges is not None else None
+    if names is None:
+        names = [f"r{i}" for i in range(k)]
+    names = [str(name) for name in names]
+    if len(names) != k:
+        raise ValueError(f"names has {len(names)} entries for {k} reward components")
+
+    report: dict[str, Any] = {
+        "num_rollouts": n,
+        "num_groups": groups.num_groups,
+        "names": names,
+        "weights": w.tolist(),
+        "components": _component_stats(values, names, ranges),
+    }
+    if n == 0:
+        return report
+
+    moments = group_moments(values, groups)
+    centered = moments.centered
+    report["correlation"] = _mean_group_correlation(centered, groups)
+
+    total_centered = (centered * w).sum(dim=1)
+    var_total = groups.sum(total_centered * total_centered)  # [num_groups], times (n_g - 1)
+    varying = var_total > 0
+    report["zero_variance_fraction"] = _float(1.0 - varying.to(torch.float64).mean())
+
+    shares = groups.sum(centered * w * total_centered.unsqueeze(1))  # [num_groups, K]
+    shares = shares[varying] / var_total[varying].unsqueeze(1)
+    report["variance_share"] = {
+        name: (_float(shares[:, i].mean()) if shares.shape[0] else None) for i, name in enumerate(names)
+    }
+
+    counts = groups.sum(torch.ones(n, 1, dtype=torch.float64, device=values.device)).squeeze(1)
+    std_total = (var_total / (counts - 1).clamp(min=1)).sqrt()
+    corr_sum = correlation_sum(centered * w, groups)
+    report["scale"] = {
+        "grpo": _median((1.0 / (std_total + eps_grpo))[varying]),
+        "corr_grpo": _median((1.0 / (corr_sum + eps_corr).sqrt())[varying]),
+    }
+    report["advantage_collapse"] = _advantage_collapse(values, groups, w, ranges)
+    return report
+
+
+def _component_stats(values: Tensor, names: list[str], ranges: Tensor | None) -> dict[str, dict[str, Any]]:
+    stats = {}
+    for i, name in enumerate(names):
+        column = values[:, i]
+        kept = column[~torch.isnan(column)]
+        mean = kept.mean() if kept.numel() else None
+        std = kept.std() if kept.numel() > 1 else None
+        saturation = None
+        if ranges is not None and mean is not None:
+            lo, hi = ranges[i]
+            saturation = _float(((mean - lo) / (hi - lo)).clamp(0.0, 1.0))
+        stats[name] = {
+            "mean": _float(mean),
+            "std": _float(std),
+            "scored": _float(kept.numel() / max(column.numel(), 1)),
+            "saturation": saturation,
+        }
+    return stats
+
+
+def _mean_group_correlation(centered: Tensor, groups: Groups) -> list[list[float | None]]:
+    k = centered.shape[1]
+    norm = groups.sum(centered * centered).sqrt()  # [num_groups, K]
+    varies = norm > 0
+    z = centered / groups.gather(torch.where(varies, norm, torch.ones_like(norm)))
+    products = groups.sum((z.unsqueeze(2) * z.unsqueeze(1)).reshape(-1, k * k)).reshape(-1, k, k)
+    defined = (varies.unsqueeze(2) & varies.unsqueeze(1)).to(torch.float64)
+    count = defined.sum(dim=0)
+    mean = (products * defined).sum(dim=0) / count.clamp(min=1)
+    return [[(_float(mean[i, j]) if count[i, j] > 0 else None) for j in range(k)] for i in range(k)]
+
+
+def _distinct_per_group(keys: Tensor, groups: Groups) -> float:
+    """Mean over groups of the number of distinct rows of ``keys`` ``[N, D]`` in the group."""
+    rows = torch.cat([groups.index.unsqueeze(1).to(keys.dtype), keys], dim=1)
+    distinct = torch.unique(rows, dim=0)
+    return distinct.shape[0] / max(groups.num_groups, 1)
+
+
+def _advantage_collapse(values: Tensor, groups: Groups, weights: Tensor, ranges: Tensor | None) -> dict[str, Any]:
+    profiles = torch.where(torch.isnan(values), torch.full_like(values, float("inf")), values)
+    out: dict[str, Any] = {"distinct_reward_profiles": _distinct_per_group(profiles, groups), "distinct_advantages": {}}
+    scored = ~torch.isnan(values).all(dim=1)
+    for name in available_estimators():
+        spec = get_estimator(name)
+        options = {"reward_ranges": ranges} if "reward_ranges" in spec.options else {}
+        if "reward_ranges" in spec.options and ranges is None:
+            continue
+        try:
+            advantages = spec.fn(values, groups, weights, **options)
+        except ValueError:  # a user estimator with required options: nothing to report
+            continue
+        advantages = torch.where(scored, advantages, torch.zeros_like(advantages))
+        rounded = torch.round(advantages, decimals=DISTINCT_DECIMALS).unsqueeze(1)
+        out["distinct_advantages"][name] = _distinct_per_group(rounded, groups)
+    return out
+
+
+def _median(x: Tensor) -> float | None:
+    return _float(x.median()) if x.numel() else None
+
+
+def _float(x: Any) -> float | None:
+    if x is None:
+        return None
+    value = float(x)
+    return value if math.isfinite(value) else None

@@ -1,0 +1,71 @@
+"""mrgrpo.diagnose: the batch statistics each estimator reacts to."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import mrgrpo
+
+
+def test_report_is_json_serializable_and_has_every_section():
+    nan = float("nan")
+    rewards = [[1, 0.5, nan], [0, 0.5, 2.0], [1, 1.0, 3.0], [1, 1.0, 3.0], [nan, nan, nan], [0, 0, 0]]
+    report = mrgrpo.diagnose(rewards, [0, 0, 0, 1, 1, 1], reward_ranges=[(0, 1), (0, 1), (0, 5)], names=["a", "b", "c"])
+    text = json.dumps(report, allow_nan=False)  # no NaN anywhere
+    assert "NaN" not in text
+    assert set(report) >= {
+        "components", "correlation", "variance_share", "scale", "zero_variance_fraction", "advantage_collapse",
+    }
+    assert report["components"]["a"]["saturation"] == pytest.approx(0.6)
+    assert report["components"]["c"]["scored"] == pytest.approx(4 / 6)
+
+
+def test_variance_shares_sum_to_one_and_follow_weights():
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=(64, 3)) * [1.0, 1.0, 10.0]
+    ids = np.repeat(np.arange(8), 8)
+    report = mrgrpo.diagnose(rewards, ids)
+    shares = report["variance_share"]
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["r2"] > 0.9  # the ×10 component owns GRPO's denominator
+    reweighted = mrgrpo.diagnose(rewards, ids, weights=[1.0, 1.0, 0.1])["variance_share"]
+    assert reweighted["r2"] < 0.6
+
+
+def test_zero_variance_fraction_and_scales():
+    # group 0: totals [2, 2], constant; group 1: totals [1, 2]
+    rewards = [[1, 1], [1, 1], [0, 1], [1, 1]]
+    report = mrgrpo.diagnose(rewards, [0, 0, 1, 1])
+    assert report["zero_variance_fraction"] == 0.5
+    assert report["scale"]["grpo"] == pytest.approx(1 / (math.sqrt(0.5) + 1e-4))
+    # one varying component (r0): Σρ = 1
+    assert report["scale"]["corr_grpo"] == pytest.approx(1 / math.sqrt(1 + 1e-6))
+    assert mrgrpo.diagnose([[1, 1], [1, 1]], [0, 0])["scale"]["grpo"] is None  # no varying group
+
+
+def test_correlation_averages_only_where_defined():
+    # group 0: r0, r1 perfectly correlated; group 1: r1 constant, so ρ01 undefined there
+    rewards = [[0, 0], [1, 1], [0, 5], [1, 5]]
+    report = mrgrpo.diagnose(rewards, [0, 0, 1, 1])
+    assert report["correlation"][0][1] == pytest.approx(1.0)
+    assert report["correlation"][1][1] == pytest.approx(1.0)
+
+
+def test_advantage_collapse_counts_distinct_values():
+    # GDPO's example: profiles (0,1) and (1,0) vs (0,0)... GRPO maps (1,0) and (0,1) to the same total
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [1.0, 1.0]])
+    report = mrgrpo.diagnose(rewards, [0, 0, 0, 0], weights=[1.0, 0.5])
+    collapse = report["advantage_collapse"]
+    assert collapse["distinct_reward_profiles"] == 4
+    assert collapse["distinct_advantages"]["gdpo"] == 4
+    unweighted = mrgrpo.diagnose(rewards, [0, 0, 0, 0])["advantage_collapse"]
+    assert unweighted["distinct_advantages"]["grpo"] == 3  # (1,0) and (0,1) collapse
+    assert "sa_mrpo" not in unweighted["distinct_advantages"]  # needs ranges
+
+
+def test_bad_names_length():
+    with pytest.raises(ValueError, match="names"):
+        mrgrpo.diagnose([[1.0, 2.0]], [0], names=["only_one"])
