@@ -140,9 +140,17 @@ def _task_scorer(task: str, task_config: str) -> Any:
 
 
 def task_score(answer: str | None, task: str, task_config: str, task_entry: str) -> float:
-    """The reasoning-gym task's own ``score_answer`` for ``answer`` on the stored entry."""
+    """The reasoning-gym task's own ``score_answer`` for ``answer`` on the stored entry.
+
+    Some scorers raise on answers they cannot parse (``prime_factorization`` on ``"banana"``);
+    an unparseable answer is a wrong answer, so any exception there scores 0.
+    """
     entry = json.loads(task_entry)
-    return float(_task_scorer(task, task_config).score_answer(answer, entry))
+    scorer = _task_scorer(task, task_config)
+    try:
+        return float(scorer.score_answer(answer, entry))
+    except Exception:  # noqa: BLE001 - the task's parser failed on the policy's answer
+        return 0.0
 
 
 def math_verify_score(answer: str | None, reference: str) -> float:

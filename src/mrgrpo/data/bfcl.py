@@ -1,0 +1,112 @@
+"""BFCL (Berkeley Function Calling Leaderboard) prompts with their acceptable answers.
+
+The data ships in the ``bfcl-eval`` package (``pip install --no-deps bfcl-eval``: only its data
+files are read, nothing of it is imported) as JSON-lines files ``BFCL_v*_{category}.json`` and
+``possible_answer/BFCL_v*_{category}.json``. Any directory with that layout works (e.g. a local
+snapshot of the ``gorilla-llm/Berkeley-Function-Calling-Leaderboard`` hub dataset).
+
+Rows (the column contract of :mod:`mrgrpo.rewards.tool_call`):
+
+* ``prompt``: ``[system, user]``; the system message lists the function schemas and asks for
+  the completion format (:func:`mrgrpo.rewards.tool_call.instruction`).
+* ``functions``: JSON list of the BFCL schemas; ``tools``: the same in OpenAI tool format
+  (``{"type": "function", "function": ...}`` with JSON-schema types) for chat templates that
+  take ``tools=``; ``ground_truth``: JSON list of expected calls with acceptable values;
+  ``id`` and ``category``.
+
+Columns hold JSON text because schemas differ from row to row (Arrow needs one schema).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from datasets import Dataset
+
+from mrgrpo.rewards.tool_call import instruction
+
+CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
+ALIASES = {"simple": "simple_python"}
+_JSON_SCHEMA_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
+
+
+def bfcl_data_dir() -> str:
+    """The data directory of the installed ``bfcl-eval`` package (found without importing it)."""
+    spec = importlib.util.find_spec("bfcl_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("bfcl-eval is not installed: pip install --no-deps bfcl-eval, or pass data_dir")
+    return os.path.join(list(spec.submodule_search_locations)[0], "data")
+
+
+def _category_file(directory: str, category: str) -> str:
+    pattern = re.compile(rf"BFCL_v(\d+)_{re.escape(category)}\.json")
+    found = [(m, p) for p in glob.glob(os.path.join(directory, "BFCL_v*.json")) if (m := pattern.fullmatch(os.path.basename(p)))]
+    matches = [p for _, p in sorted(found, key=lambda mp: int(mp[0].group(1)))]
+    if not matches:
+        raise FileNotFoundError(f"no BFCL_v*_{category}.json in {directory}")
+    return matches[-1]  # the newest version
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def openai_tool(function: Mapping[str, Any]) -> dict:
+    """A BFCL schema as an OpenAI-style tool (BFCL's ``dict``/``float``/``tuple``/``any`` mapped)."""
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: convert(v) for k, v in node.items()}
+            if isinstance(node.get("type"), str):
+                out["type"] = _JSON_SCHEMA_TYPES.get(node["type"], node["type"])
+            return out
+        if isinstance(node, list):
+            return [convert(v) for v in node]
+        return node
+
+    return {"type": "function", "function": convert(dict(function))}
+
+
+def load_bfcl(
+    categories: Sequence[str] = CATEGORIES,
+    data_dir: str | None = None,
+    think: bool = True,
+    limit: int | None = None,
+) -> Dataset:
+    """BFCL items of ``categories`` as a GRPO dataset (see the module docstring for columns).
+
+    Args:
+        categories: BFCL category names (``"simple"`` = ``"simple_python"``); single-turn
+            categories with possible answers (the Python AST ones) are supported.
+        data_dir: a directory with the BFCL files; the installed ``bfcl-eval`` data by default.
+        think: the prompt asks for ``<think>…</think>`` before the call block.
+        limit: at most this many items per category (the first ones).
+    """
+    directory = data_dir or bfcl_data_dir()
+    records = []
+    for category in (ALIASES.get(c, c) for c in categories):
+        path = _category_file(directory, category)
+        questions = _read_jsonl(path)
+        answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(os.path.join(directory, "possible_answer", os.path.basename(path)))}
+        for item in questions[:limit]:
+            turns = item["question"]
+            if len(turns) != 1:
+                raise ValueError(f"{item['id']}: multi-turn items are not supported")
+            records.append(
+                {
+                    "prompt": [{"role": "system", "content": instruction(item["function"], think)}, *turns[0]],
+                    "functions": json.dumps(item["function"], ensure_ascii=False),
+                    "tools": json.dumps([openai_tool(f) for f in item["function"]], ensure_ascii=False),
+                    "ground_truth": json.dumps(answers[item["id"]], ensure_ascii=False),
+                    "id": item["id"],
+                    "category": category,
+                }
+            )
+    return Dataset.from_list(records)
