@@ -14,8 +14,9 @@ from mrgrpo.rewards.math import (
 
 REWARD_COLUMNS = ("answer", "task", "task_config", "task_entry")
 # Several reasoning-gym tasks with numeric, fractional, factor-list and count answers.
+DEMO_TASK = {"chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
 TASKS = {
-    "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+    "chain_sum": {},
     "basic_arithmetic": {},
     "simple_equations": {},
     "fraction_simplification": {},
@@ -45,8 +46,8 @@ def wrong_answers(rows):
 
 @pytest.fixture(scope="module")
 def items():
-    data = load_reasoning_gym(TASKS, n_train=40, n_test=10, seed=7)
-    return data["train"].to_dict() | {}, data["test"].to_dict()
+    data = load_reasoning_gym(TASKS, n_train=200, n_test=50, seed=7)
+    return data["train"].to_dict(), data["test"].to_dict()
 
 
 # ----------------------------------------------------------------------------- reading answers
@@ -106,7 +107,7 @@ def test_format_boxed():
 
 
 def test_reference_answers_score_1_and_wrong_answers_0_on_every_generated_item(items):
-    # Acceptance: every item of the tasks used (8 tasks x 50 items), answers read from the format.
+    # Acceptance: every item of the tasks used (8 tasks x 250 items), answers read from the format.
     correctness = get_suite("math").components[0]
     for rows in items:
         n = len(rows["answer"])
@@ -117,6 +118,17 @@ def test_reference_answers_score_1_and_wrong_answers_0_on_every_generated_item(i
         # the right answer outside the requested format is not read
         assert score(correctness, list(rows["answer"]), rows) == [0.0] * n
     assert len(set(items[0]["task"])) == len(TASKS)
+
+
+def test_every_question_of_the_demo_task_is_graded_right():
+    # DESIGN.md's demo config (2 terms, 1 digit) has exactly 200 distinct questions: 1 held-out
+    # worked example, 199 in the splits, all of them checked.
+    data = load_reasoning_gym(DEMO_TASK, n_train=150, n_test=49, seed=0)
+    correctness = get_suite("math").components[0]
+    for rows in (data["train"].to_dict(), data["test"].to_dict()):
+        n = len(rows["answer"])
+        assert score(correctness, [format_answer(a) for a in rows["answer"]], rows) == [1.0] * n
+        assert score(correctness, [format_answer(a) for a in wrong_answers(rows)], rows) == [0.0] * n
 
 
 def test_boxed_and_conversational_completions(items):
@@ -216,6 +228,6 @@ def test_length_if_correct_grants_length_only_to_correct_rollouts():
 def test_the_demo_configuration_scores_a_demo_like_rollout(items):
     # DESIGN.md's CPU demo: chain_sum, <answer></answer>, thresholds 24/64.
     suite = get_suite("math", length_thresholds=(24, 64))
-    rows = {k: v[:1] for k, v in items[0].items()}
+    rows = load_reasoning_gym(DEMO_TASK, n_train=1, n_test=0)["train"].to_dict()
     completion = [{"role": "assistant", "content": f"<answer>{rows['answer'][0]}</answer>"}]
     assert [c([None], [completion], **columns(rows))[0] for c in suite.components] == [1.0, 1.0, 1.0]
