@@ -1,0 +1,111 @@
+"""Turning a test suite into separately counted cases (private helper of the sandbox).
+
+Runs in the *parent* on trusted test code (dataset tests, never completions): it only parses
+and rewrites, it never executes. The result is the source of a module whose top-level
+statements are the tests' own module-level statements (imports, ``METADATA``, helpers) and
+which defines one generator function ``__mrgrpo_cases__(candidate)``. Its body is the test
+body with every top-level statement that contains an ``assert`` (a *case*) wrapped as::
+
+    try:
+        <case statement>
+    except BaseException as __mrgrpo_error__:
+        yield __mrgrpo_error__      # case failed (the exception tells how)
+    else:
+        yield None                  # case passed
+
+Other statements (setup: imports, helper definitions, assignments) run unwrapped; an
+exception there ends the run as an ``error``. Cases continue after a failed one, so the
+fraction of cases passed (``pass_rate``) is exact; the overall verdict still follows the
+first non-passing case, as a plain ``check(candidate)`` would.
+
+Formats:
+* ``humaneval``: a ``def check(candidate)`` function; its body holds the cases.
+* ``assert``: the whole test text (or a list of statements) is the body: each top-level
+  statement with an ``assert`` is a case (MBPP/LeetCode style assert lists).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from functools import lru_cache
+
+CASES_FUNCTION = "__mrgrpo_cases__"
+_ERROR_NAME = "__mrgrpo_error__"
+
+
+def _is_case(statement: ast.stmt) -> bool:
+    return any(isinstance(node, ast.Assert) for node in ast.walk(statement))
+
+
+def _has_own_yield(statement: ast.stmt) -> bool:
+    stack: list[ast.AST] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and node is not statement:
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _wrap(statement: ast.stmt) -> ast.stmt:
+    return ast.Try(
+        body=[statement],
+        handlers=[
+            ast.ExceptHandler(
+                type=ast.Name("BaseException", ast.Load()),
+                name=_ERROR_NAME,
+                body=[ast.Expr(ast.Yield(ast.Name(_ERROR_NAME, ast.Load())))],
+            )
+        ],
+        orelse=[ast.Expr(ast.Yield(ast.Constant(None)))],
+        finalbody=[],
+    )
+
+
+def _cases_function(body: list[ast.stmt], parameter: str) -> tuple[ast.FunctionDef, int]:
+    if any(_has_own_yield(s) for s in body):
+        raise ValueError("test bodies that yield cannot be split into cases")
+    n_cases = sum(_is_case(s) for s in body)
+    if n_cases == 0:  # no assert at the top: the whole body is one case
+        body = [ast.If(ast.Constant(True), body, [])]
+        n_cases = 1
+    new_body = [_wrap(s) if _is_case(s) else s for s in body]
+    arguments = ast.arguments(
+        posonlyargs=[], args=[ast.arg(parameter)], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+    )
+    function = ast.FunctionDef(CASES_FUNCTION, arguments, new_body, [], None)
+    return function, n_cases
+
+
+@lru_cache(maxsize=4096)
+def _build(tests: str, test_format: str) -> tuple[str, int]:
+    module = ast.parse(tests)
+    if test_format == "humaneval":
+        checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
+        if not checks:
+            raise ValueError("a humaneval-style test must define check(candidate)")
+        check = checks[-1]
+        if len(check.args.args) != 1:
+            raise ValueError("check() must take exactly one argument (the candidate)")
+        prelude = [s for s in module.body if s is not check]
+        function, n_cases = _cases_function(list(check.body), check.args.args[0].arg)
+    elif test_format == "assert":
+        prelude = []
+        function, n_cases = _cases_function(list(module.body), "candidate")
+    else:
+        raise ValueError(f"unknown test format {test_format!r}; expected 'humaneval' or 'assert'")
+    out = ast.Module(prelude + [function], type_ignores=[])
+    return ast.unparse(ast.fix_missing_locations(out)), n_cases
+
+
+def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]:
+    """``(module source defining __mrgrpo_cases__, number of cases)`` for code-style tests.
+
+    Raises ``ValueError`` (or ``SyntaxError``) for tests that cannot be split.
+    """
+    if not isinstance(tests, str):
+        tests = "\n".join(str(t) for t in tests)
+    return _build(tests, test_format)
