@@ -54,6 +54,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from mrgrpo.rewards._sandbox_cases import build_cases
+from mrgrpo.rewards._sandbox_zygote import Zygote, ZygoteDied
 
 __all__ = ["Job", "Limits", "Result", "Verdict", "run", "run_many"]
 
@@ -245,8 +246,12 @@ def _stdio_pairs(tests: Iterable) -> list[tuple[str, str]]:
     return pairs
 
 
-def run(job: Job) -> Result:
-    """Run one job in a fresh sandboxed interpreter (blocking)."""
+def run(job: Job, launcher: bool = True) -> Result:
+    """Run one job in a fresh sandboxed interpreter (blocking).
+
+    ``launcher``: start the child from the pre-started launcher (see ``_sandbox_zygote``;
+    much faster) rather than as a new ``python -I -S`` process (same isolation either way).
+    """
     limits = job.limits
     uid = _take_uid()
     workdir = tempfile.mkdtemp(prefix="mrgrpo-sbx-")
@@ -257,72 +262,130 @@ def run(job: Job) -> Result:
         except (ValueError, SyntaxError) as error:
             return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
         nonce = secrets.token_hex(16).encode()
-        data = _boot_code()
         job_bytes = marshal.dumps(payload)
-        stdin = b"%010d" % len(data) + data + nonce + b"%010d" % len(job_bytes) + job_bytes
-        return _spawn_and_wait(stdin, nonce, n_cases, limits)
+        stdin = nonce + b"%010d" % len(job_bytes) + job_bytes
+        zygote = _zygote() if launcher else None
+        if zygote is not None:
+            try:
+                return _run_child(_ZygoteChild(zygote), stdin, nonce, n_cases, limits)
+            except ZygoteDied:
+                _drop_zygote(zygote)
+        data = _boot_code()
+        return _run_child(_DirectChild(), b"%010d" % len(data) + data + stdin, nonce, n_cases, limits)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         with _uids_lock:
             _uids_in_use.discard(uid)
 
 
-def _spawn_and_wait(stdin: bytes, nonce: bytes, n_cases: int, limits: Limits) -> Result:
-    executable, _ = _interpreter()
-    report_r, report_w = os.pipe()
+_zygote_lock = threading.Lock()
+_zygote_instance: Zygote | None = None
+_zygote_failed = False
+
+
+def _zygote() -> Zygote | None:
+    global _zygote_instance, _zygote_failed
+    with _zygote_lock:
+        z = _zygote_instance
+        if z is not None and z.alive and z.owner == os.getpid():
+            return z
+        if _zygote_failed:
+            return None
+        try:
+            _zygote_instance = Zygote(_interpreter()[0], _ENV, _boot_code())
+        except OSError:
+            _zygote_failed = True
+            return None
+        return _zygote_instance
+
+
+def _drop_zygote(z: Zygote) -> None:
+    global _zygote_instance
+    with _zygote_lock:
+        if _zygote_instance is z:
+            _zygote_instance = None
+    z.close()
+
+
+class _DirectChild:
+    """A child started as a new interpreter (``python -I -S -c _STUB <report fd>``)."""
+
+    def start(self, fds: tuple[int, int, int, int]) -> None:
+        stdin_r, stdout_w, stderr_w, report_w = fds
+        self.proc = subprocess.Popen(
+            [_interpreter()[0], "-I", "-S", "-c", _STUB, str(report_w)],
+            stdin=stdin_r, stdout=stdout_w, stderr=stderr_w, env=_ENV, cwd="/",
+            start_new_session=True, pass_fds=(report_w,),
+        )
+        self.pid = self.proc.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class _ZygoteChild:
+    """A child forked by the launcher from its pristine state (the report pipe is fd 3)."""
+
+    def __init__(self, zygote: Zygote):
+        self.zygote = zygote
+
+    def start(self, fds: tuple[int, int, int, int]) -> None:
+        self.pid = self.zygote.spawn(fds)
+
+    def wait(self, timeout: float | None) -> int | None:
+        return self.zygote.wait(self.pid, timeout)
+
+
+def _kill(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _run_child(child, stdin: bytes, nonce: bytes, n_cases: int, limits: Limits) -> Result:
+    pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, report: (read, write)
+    theirs = (pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1])
+    ours = (pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0])
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            [executable, "-I", "-S", "-c", _STUB, str(report_w)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=_ENV,
-            cwd="/",
-            start_new_session=True,
-            pass_fds=(report_w,),
-        )
+        try:
+            child.start(theirs)
+        finally:
+            for fd in theirs:
+                os.close(fd)
     except BaseException:
-        os.close(report_r)
+        for fd in ours:
+            os.close(fd)
         raise
+    owned = set(ours)  # _collect closes stdin early and removes it: never close an fd twice
+    try:
+        return _collect(child, ours, owned, stdin, nonce, n_cases, limits, started)
     finally:
-        os.close(report_w)
-    try:
-        return _collect(proc, stdin, report_r, nonce, n_cases, limits, started)
-    finally:
-        os.close(report_r)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        for fd in owned:
+            os.close(fd)
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except ProcessLookupError:
-        pass
-
-
-def _collect(proc, stdin, report_r, nonce, n_cases, limits, started) -> Result:
+def _collect(child, fds, owned, stdin, nonce, n_cases, limits, started) -> Result:
+    stdin_fd, out_fd, err_fd, report_fd = fds
     deadline = started + limits.wall_s
     selector = selectors.DefaultSelector()
-    buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), report_r: bytearray()}
+    buffers = {out_fd: bytearray(), err_fd: bytearray(), report_fd: bytearray()}
     for fd in buffers:
         os.set_blocking(fd, False)
         selector.register(fd, selectors.EVENT_READ)
-    stdin_fd = proc.stdin.fileno()
     os.set_blocking(stdin_fd, False)
     pending = memoryview(stdin)
     selector.register(stdin_fd, selectors.EVENT_WRITE)
+    open_reads = set(buffers)
     total = 0
     killed_for = None
-    open_fds = set(buffers) | {stdin_fd}
     try:
-        while open_fds - {stdin_fd} or pending:
+        while open_reads:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 killed_for = "timeout"
@@ -332,13 +395,14 @@ def _collect(proc, stdin, report_r, nonce, n_cases, limits, started) -> Result:
                 if fd == stdin_fd:
                     try:
                         pending = pending[os.write(fd, pending[: 1 << 16]) :]
-                    except (BrokenPipeError, BlockingIOError) as error:
-                        if isinstance(error, BrokenPipeError):
-                            pending = pending[:0]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        pending = pending[:0]
                     if not pending:
                         selector.unregister(fd)
-                        open_fds.discard(fd)
-                        proc.stdin.close()
+                        owned.discard(fd)
+                        os.close(fd)
                     continue
                 try:
                     chunk = os.read(fd, 1 << 16)
@@ -346,11 +410,11 @@ def _collect(proc, stdin, report_r, nonce, n_cases, limits, started) -> Result:
                     continue
                 if not chunk:
                     selector.unregister(fd)
-                    open_fds.discard(fd)
+                    open_reads.discard(fd)
                     continue
                 total += len(chunk)
                 keep = buffers[fd]
-                cap = (1 << 20) if fd == report_r else limits.output_bytes
+                cap = (1 << 20) if fd == report_fd else limits.output_bytes
                 if len(keep) < cap:
                     keep += chunk[: cap - len(keep)]
                 if total > limits.kill_output_bytes:
@@ -361,32 +425,22 @@ def _collect(proc, stdin, report_r, nonce, n_cases, limits, started) -> Result:
     finally:
         selector.close()
     if killed_for:
-        _kill(proc)
-    try:
-        returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
+        _kill(child.pid)
+    returncode = child.wait(max(0.0, deadline - time.monotonic()) + 1.0)
+    if returncode is None:
+        _kill(child.pid)
         killed_for = killed_for or "timeout"
-        returncode = proc.wait()
-    _kill_group_leftovers(proc)
-    wall = time.monotonic() - started
+        returncode = child.wait(None)
     return _verdict(
-        reports=_reports(bytes(buffers[report_r]), nonce),
+        reports=_reports(bytes(buffers[report_fd]), nonce),
         n_cases=n_cases,
         returncode=returncode,
         killed_for=killed_for,
-        wall=wall,
-        stdout=bytes(buffers[proc.stdout.fileno()]).decode("utf-8", "replace"),
-        stderr=bytes(buffers[proc.stderr.fileno()]).decode("utf-8", "replace"),
+        wall=time.monotonic() - started,
+        stdout=bytes(buffers[out_fd]).decode("utf-8", "replace"),
+        stderr=bytes(buffers[err_fd]).decode("utf-8", "replace"),
         cpu_limit=limits.cpu_s,
     )
-
-
-def _kill_group_leftovers(proc: subprocess.Popen) -> None:
-    try:  # anything that escaped into the group (only possible without isolation)
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _reports(data: bytes, nonce: bytes) -> list[list[str]]:
@@ -475,6 +529,7 @@ def run_many(
     jobs: Sequence[Job],
     workers: int | None = None,
     progress: bool | None = None,
+    launcher: bool = True,
 ) -> list[Result]:
     """Run ``jobs`` in parallel (``workers`` at a time, default: one per core); results in order.
 
@@ -494,7 +549,7 @@ def run_many(
 
         bar = tqdm(total=len(jobs), desc="sandbox", unit="prog")
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="mrgrpo-sandbox") as pool:
-        futures = {pool.submit(run, job): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(run, job, launcher): i for i, job in enumerate(jobs)}
         from concurrent.futures import as_completed
 
         for future in as_completed(futures):

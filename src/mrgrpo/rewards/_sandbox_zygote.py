@@ -1,0 +1,127 @@
+"""Client of the sandbox launcher ("zygote"), private to :mod:`mrgrpo.rewards.sandbox`.
+
+Starting a Python interpreter and importing ``typing`` & co. costs more than most test suites
+take to run. The launcher is one fresh ``python -I -S`` interpreter (started with the same
+scrubbed environment as a direct run, never a fork of the caller) that preloads common
+standard-library modules and then forks one child per run *before* that child receives
+anything: each run starts from the same pristine, secret-free state, and then goes through
+exactly the bootstrap of a direct run (nonce vault, namespaces, uid, rlimits, guards).
+
+Protocol on a Unix socket pair: the caller sends one byte with the four pipe ends of a run
+(stdin, stdout, stderr, report) as SCM_RIGHTS; the launcher replies ``P <pid>`` and, when
+the child exits, ``X <pid> <wait status>``. The caller is root or the same user as the
+children's starting uid, so it kills a run's process group directly.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+
+_STUB = (
+    "import posix,marshal,sys\n"
+    "def _read(n):\n"
+    " b=b''\n"
+    " while len(b)<n:\n"
+    "  c=posix.read(0,n-len(b))\n"
+    "  if not c: posix._exit(70)\n"
+    "  b+=c\n"
+    " return b\n"
+    "g={'__name__':'__mrgrpo_boot__','__builtins__':__builtins__}\n"
+    "exec(marshal.loads(_read(int(_read(10)))),g)\n"
+    "posix.close(0); posix.open('/dev/null', posix.O_RDONLY)\n"
+    "g['_zygote'](int(sys.argv[1]))\n"
+)
+
+
+class ZygoteDied(RuntimeError):
+    pass
+
+
+class Zygote:
+    """One launcher process and the bookkeeping of its children (thread-safe)."""
+
+    def __init__(self, executable: str, env: dict, boot_code: bytes):
+        self.owner = os.getpid()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._proc = subprocess.Popen(
+            [executable, "-I", "-S", "-c", _STUB, str(theirs.fileno())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+            pass_fds=(theirs.fileno(),),
+        )
+        theirs.close()
+        self._proc.stdin.write(b"%010d" % len(boot_code) + boot_code)
+        self._proc.stdin.close()
+        self._sock = ours
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._spawned: list[int] = []
+        self._exits: dict[int, int] = {}
+        self.alive = True
+        threading.Thread(target=self._reader, name="mrgrpo-zygote-reader", daemon=True).start()
+
+    def _reader(self) -> None:
+        buffer = b""
+        try:
+            while True:
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                with self._cond:
+                    for line in lines:
+                        words = line.split()
+                        if len(words) == 2 and words[0] == b"P":
+                            self._spawned.append(int(words[1]))
+                        elif len(words) == 3 and words[0] == b"X":
+                            self._exits[int(words[1])] = int(words[2])
+                    self._cond.notify_all()
+        except OSError:
+            pass
+        with self._cond:
+            self.alive = False
+            self._cond.notify_all()
+
+    def spawn(self, fds: tuple[int, int, int, int], timeout: float = 30.0) -> int:
+        """Start a child on these pipe ends; its pid."""
+        with self._send_lock:
+            with self._cond:
+                if not self.alive:
+                    raise ZygoteDied("sandbox launcher is gone")
+            try:
+                socket.send_fds(self._sock, [b"J"], list(fds))
+            except OSError as error:
+                raise ZygoteDied(str(error)) from error
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._spawned or not self.alive, timeout):
+                    raise ZygoteDied("sandbox launcher did not answer")
+                if not self._spawned:
+                    raise ZygoteDied("sandbox launcher is gone")
+                return self._spawned.pop(0)
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        """Exit code as ``Popen.returncode`` (negative: signal), or ``None`` on timeout."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: pid in self._exits or not self.alive, timeout):
+                return None
+            if pid not in self._exits:
+                raise ZygoteDied("sandbox launcher is gone")
+            return os.waitstatus_to_exitcode(self._exits.pop(pid))
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        finally:
+            try:
+                self._proc.kill()
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
