@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import mrgrpo
@@ -73,7 +73,11 @@ def test_gdpo_invariant_to_positive_affine_change_of_one_component(batch, k, a, 
     rewards, ids = batch
     changed = rewards.clone()
     changed[:, k] = a * changed[:, k] + b
-    # eps = 0 so the invariance is exact up to rounding (eps = 1e-4 breaks it by design)
+    # eps = 0 so the invariance is exact up to rounding (eps = 1e-4 breaks it by design). With
+    # eps = 0 the batch normalization would blow rounding noise up to O(1) when every summed
+    # advantage is ~0 (components cancelling exactly), so such batches are not informative here.
+    raw = run("gdpo", rewards, ids, eps=0.0, batch_norm=False)
+    assume(raw.numel() < 2 or raw.std().item() > 1e-9)
     before = run("gdpo", rewards, ids, eps=0.0)
     after = run("gdpo", changed, ids, eps=0.0)
     torch.testing.assert_close(before, after, rtol=1e-6, atol=1e-6)

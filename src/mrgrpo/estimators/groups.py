@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,7 @@ class Groups:
     """Which group each of N rollouts belongs to.
 
     Attributes:
-        index: ``[N]`` int64 in ``[0, num_groups)``; groups are numbered in order of first
-            appearance.
+        index: ``[N]`` int64 in ``[0, num_groups)`` (the numbering carries no meaning).
         num_groups: number of distinct groups.
         block_size: ``G`` when the rollouts are laid out as contiguous blocks of ``G`` rows per
             group (then ``index == arange(num_groups).repeat_interleave(G)``), else ``None``.
@@ -49,15 +49,27 @@ class Groups:
 
     def amax(self, x: Tensor) -> Tensor:
         """Per-group maximum (``-inf`` for an empty group). ``[N, ...]`` -> ``[num_groups, ...]``."""
-        if self.block_size is not None:
-            return x.reshape(self.num_groups, self.block_size, *x.shape[1:]).amax(dim=1)
-        out = x.new_full((self.num_groups, *x.shape[1:]), float("-inf"))
-        index = self.index.view(-1, *([1] * (x.dim() - 1))).expand_as(x)
-        return out.scatter_reduce_(0, index, x, reduce="amax", include_self=True)
+        return self._extreme(x, "amax")
 
     def amin(self, x: Tensor) -> Tensor:
         """Per-group minimum (``+inf`` for an empty group)."""
-        return -self.amax(-x)
+        return self._extreme(x, "amin")
+
+    def _extreme(self, x: Tensor, reduce: str) -> Tensor:
+        if self.block_size is not None:
+            blocks = x.reshape(self.num_groups, self.block_size, *x.shape[1:])
+            return blocks.amax(dim=1) if reduce == "amax" else blocks.amin(dim=1)
+        fill = float("-inf") if reduce == "amax" else float("inf")
+        out = x.new_full((self.num_groups, *x.shape[1:]), fill)
+        index = self.index.view(-1, *([1] * (x.dim() - 1))).expand_as(x)
+        return out.scatter_reduce_(0, index, x, reduce=reduce, include_self=True)
+
+    @cached_property
+    def sizes(self) -> Tensor:
+        """``[num_groups]`` int64 number of rollouts per group."""
+        if self.block_size is not None:
+            return torch.full((self.num_groups,), self.block_size, dtype=torch.int64, device=self.index.device)
+        return torch.bincount(self.index, minlength=self.num_groups)
 
     def gather(self, per_group: Tensor) -> Tensor:
         """Broadcast a per-group statistic back to rollouts: ``[num_groups, ...]`` -> ``[N, ...]``."""
@@ -91,31 +103,44 @@ def make_groups(group_ids: Any, num_rollouts: int, device: torch.device | None =
     if num_rollouts == 0:
         return Groups(ids.to(torch.int64), 0, None)
 
-    unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
-    num_groups = int(unique.numel())
-    block_size = _contiguous_block_size(ids, num_groups)
+    block_size = _contiguous_block_size(ids)
     if block_size is not None:
+        num_groups = num_rollouts // block_size
         index = torch.arange(num_groups, device=ids.device).repeat_interleave(block_size)
         return Groups(index, num_groups, block_size)
-    # Renumber in order of first appearance so results never depend on the ids' sort order.
-    first_seen = torch.full((num_groups,), num_rollouts, dtype=torch.int64, device=ids.device)
-    positions = torch.arange(num_rollouts, device=ids.device)
-    first_seen.scatter_reduce_(0, inverse, positions, reduce="amin", include_self=True)
-    rank = torch.empty_like(first_seen)
-    rank[torch.argsort(first_seen)] = torch.arange(num_groups, device=ids.device)
-    return Groups(rank[inverse], num_groups, None)
+    index, num_groups = _dense_codes(ids)
+    return Groups(index, num_groups, None)
 
 
-def _contiguous_block_size(ids: Tensor, num_groups: int) -> int | None:
+def _dense_codes(ids: Tensor) -> tuple[Tensor, int]:
+    """Map arbitrary int64 ids to codes ``0..num_groups-1`` (numbering is irrelevant to results)."""
+    low, high = int(ids.min()), int(ids.max())
+    span = high - low + 1
+    if span <= 4 * ids.numel() + 1024:
+        # Compact id range (the usual case): a bincount is O(N + span), far faster than sorting.
+        shifted = ids - low
+        present = torch.bincount(shifted, minlength=span) > 0
+        codes = torch.cumsum(present, dim=0) - 1
+        return codes[shifted], int(present.sum())
+    _, inverse = np.unique(ids.cpu().numpy(), return_inverse=True)
+    inverse = torch.from_numpy(inverse.reshape(-1).astype(np.int64)).to(ids.device)
+    return inverse, int(inverse.max()) + 1
+
+
+def _contiguous_block_size(ids: Tensor) -> int | None:
+    """``G`` if ``ids`` is contiguous runs of ``G`` rows, each run a different group, else None."""
     n = ids.numel()
-    if n % num_groups:
+    starts = torch.nonzero(ids[1:] != ids[:-1]).flatten() + 1
+    num_blocks = starts.numel() + 1
+    if n % num_blocks:
         return None
-    size = n // num_groups
-    blocks = ids.view(num_groups, size)
-    if bool((blocks == blocks[:, :1]).all()):
-        # num_groups distinct ids and num_groups constant blocks: each block is its own group.
-        return size
-    return None
+    size = n // num_blocks
+    if not bool((starts == torch.arange(1, num_blocks, device=ids.device) * size).all()):
+        return None
+    block_ids = ids[::size]
+    # Runs are distinct groups only if no id comes back in a later run.
+    _, count = _dense_codes(block_ids)
+    return size if count == num_blocks else None
 
 
 def _ids_as_int_tensor(group_ids: Any) -> Tensor:
@@ -125,7 +150,7 @@ def _ids_as_int_tensor(group_ids: Any) -> Tensor:
                 "group_ids must be integers or hashable ids, got a floating-point tensor: "
                 "convert with .long() if the values are whole numbers"
             )
-        return group_ids.to(torch.int64) if group_ids.dtype == torch.bool else group_ids
+        return group_ids.to(torch.int64)
     if isinstance(group_ids, np.ndarray):
         if group_ids.dtype.kind in "iub":
             return torch.from_numpy(group_ids.astype(np.int64, copy=False))
@@ -182,21 +207,30 @@ class GroupMoments:
 def group_moments(x: Tensor, groups: Groups) -> GroupMoments:
     """NaN-aware within-group moments of ``x`` ``[N, C]`` (two-pass: mean, then squares)."""
     present = ~torch.isnan(x)
-    filled = torch.where(present, x, torch.zeros_like(x))
-    count = groups.sum(present.to(x.dtype))
-    mean = groups.sum(filled) / count.clamp(min=1)
-    high = groups.amax(torch.where(present, x, torch.full_like(x, float("-inf"))))
-    low = groups.amin(torch.where(present, x, torch.full_like(x, float("inf"))))
-    varies = groups.gather(high > low)
-    centered = torch.where(present & varies, x - groups.gather(mean), torch.zeros_like(x))
+    if bool(present.all()):  # the common case: skip every NaN mask
+        count = groups.sizes.to(x.dtype).unsqueeze(1).expand(groups.num_groups, x.shape[1])
+        total, high, low = groups.sum(x), groups.amax(x), groups.amin(x)
+        keep = groups.gather(high > low)
+    else:
+        missing = ~present
+        count = groups.sum(present.to(x.dtype))
+        total = groups.sum(x.masked_fill(missing, 0.0))
+        high = groups.amax(x.masked_fill(missing, float("-inf")))
+        low = groups.amin(x.masked_fill(missing, float("inf")))
+        keep = groups.gather(high > low) & present
+    centered = x - groups.gather(total / count.clamp(min=1))
+    centered.masked_fill_(~keep, 0.0)  # exact zeros: missing entries and constant columns
     return GroupMoments(present, count, centered, groups.sum(centered * centered))
 
 
 def standardize(centered: Tensor, std: Tensor, eps: float) -> Tensor:
-    """``centered / (std + eps)`` with 0 wherever ``centered`` is 0 (also when ``std + eps == 0``)."""
+    """``centered / (std + eps)``; 0 where ``centered`` is 0, also when ``std + eps == 0``.
+
+    ``std + eps`` can only be 0 where the column is constant in the group (``std = 0`` and
+    ``eps = 0``), and there ``centered`` is exactly 0, so dividing by 1 instead is exact.
+    """
     denominator = std + eps
-    safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
-    return torch.where(centered != 0, centered / safe, torch.zeros_like(centered))
+    return centered / torch.where(denominator > 0, denominator, torch.ones_like(denominator))
 
 
 def batch_standardize(values: Tensor, scored: Tensor, ddof: int, eps: float) -> Tensor:

@@ -19,8 +19,9 @@ SCALES = ("group", "batch", "none")
 def weighted_total(rewards: Tensor, weights: Tensor) -> Tensor:
     """``T_i = Σ_k w_k r_ik`` ``[N]``; NaN components count as 0 (TRL's ``nansum``), and a row
     with every component NaN stays NaN so group statistics skip it."""
-    total = torch.nansum(rewards * weights, dim=1)
-    return torch.where(torch.isnan(rewards).all(dim=1), torch.full_like(total, float("nan")), total)
+    missing = torch.isnan(rewards)
+    total = torch.where(missing, 0.0, rewards) @ weights
+    return total.masked_fill_(missing.all(dim=1), float("nan"))
 
 
 @register_estimator("grpo")
