@@ -101,6 +101,10 @@ def _isolate(job):
     libc("mount", None, _MOUNT_POINT.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
     sys.path[:] = [_MOUNT_POINT + p[len(stdlib):] if p.startswith(stdlib) else p for p in sys.path]
     sys.path_importer_cache.clear()
+    for module in list(sys.modules.values()):  # packages imported so far (encodings, ...)
+        path = getattr(module, "__path__", None)
+        if type(path) is list:
+            path[:] = [_MOUNT_POINT + p[len(stdlib):] if p.startswith(stdlib) else p for p in path]
     posix.mkdir(_PRIVATE_WORKDIR, 0o700)
     uid = job["uid"]
     posix.chown(_PRIVATE_WORKDIR, uid, uid)

@@ -1,0 +1,344 @@
+"""The sandbox, specified by hostile programs: each is contained with the right verdict,
+the caller survives, nothing is left on disk, and no trick earns ``passed``."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import tempfile
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from mrgrpo.rewards.sandbox import Job, Limits, Verdict, run, run_many
+
+FAST = Limits(wall_s=5.0, cpu_s=3, memory_mb=512)
+CHECK = textwrap.dedent(
+    """
+    def check(candidate):
+        assert candidate(2, 3) == 5
+        assert candidate(-1, 1) == 0
+        assert candidate(0, 0) == 0
+    """
+)
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+def job(program: str, tests: str = CHECK, fmt: str = "humaneval", limits: Limits = FAST) -> Job:
+    """A job for ``add``; an indented program block may be followed by an unindented GOOD."""
+    if program.endswith(GOOD):
+        program = textwrap.dedent(program[: -len(GOOD)]) + GOOD
+    return Job(textwrap.dedent(program), tests, fmt, "add" if fmt == "humaneval" else None, limits)
+
+
+@pytest.fixture(params=[True, False], ids=["launcher", "fresh-interpreter"])
+def launcher(request):
+    return request.param
+
+
+def leftovers() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "mrgrpo-sbx-*")))
+
+
+# --- verdicts of ordinary programs --------------------------------------------------------
+
+def test_verdicts_of_ordinary_programs(launcher):
+    assert run(job(GOOD), launcher).verdict is Verdict.PASSED
+    wrong = run(job("def add(a, b):\n    return a - b\n"), launcher)
+    assert (wrong.verdict, wrong.error_type) == (Verdict.FAILED, "AssertionError")
+    raising = run(job("def add(a, b):\n    return {}[a]\n"), launcher)
+    assert (raising.verdict, raising.error_type) == (Verdict.ERROR, "KeyError")
+    assert run(job("def add(a, b:\n"), launcher).verdict is Verdict.INVALID
+    missing = run(job("def plus(a, b):\n    return a + b\n"), launcher)
+    assert (missing.verdict, missing.error_type) == (Verdict.ERROR, "KeyError")
+
+
+def test_cases_are_counted_separately_for_pass_rate():
+    # 2 of the 3 cases hold for a - b + 2*b... only when b == 0 or the sum matches
+    result = run(job("def add(a, b):\n    return 5 if (a, b) == (2, 3) else a * b\n"))
+    # cases: (2,3)->5 ok; (-1,1)->-1 != 0 fail; (0,0)->0 ok
+    assert (result.cases_passed, result.cases_total) == (2, 3)
+    assert result.verdict is Verdict.FAILED and result.pass_rate == pytest.approx(2 / 3)
+
+
+def test_assert_list_and_stdio_formats():
+    asserts = ["assert add(1, 1) == 2", "assert add(2, 2) == 5", "import math", "assert math.isclose(add(0.1, 0.2), 0.3)"]
+    result = run(Job(GOOD, asserts, "assert", limits=FAST))
+    assert (result.verdict, result.cases_passed, result.cases_total) == (Verdict.FAILED, 2, 3)
+    echo = "import sys\nn = int(input())\nprint(sum(map(int, sys.stdin.read().split())) * n)\n"
+    cases = [{"input": "2\n1 2 3\n", "output": "12\n"}, {"input": "1\n5\n", "output": "5"}, ("3\n1\n", "4")]
+    result = run(Job(echo, cases, "stdio", limits=FAST))
+    assert (result.verdict, result.cases_passed, result.cases_total) == (Verdict.FAILED, 2, 3)
+    assert result.error_type == "WrongAnswer" and result.loaded
+
+
+def test_output_is_captured_and_capped():
+    small = Limits(wall_s=5, cpu_s=3, output_bytes=100)
+    result = run(job("print('x' * 1000)\nimport sys; print('oops', file=sys.stderr)\n" + GOOD, limits=small))
+    assert result.passed and result.stdout == "x" * 100 and result.stderr == "oops\n"
+
+
+# --- hostile programs ----------------------------------------------------------------------
+
+def test_infinite_loop_times_out(launcher):
+    start = time.monotonic()
+    result = run(job("while True:\n    pass\n", limits=Limits(wall_s=1.5, cpu_s=10)), launcher)
+    assert result.verdict is Verdict.TIMEOUT and time.monotonic() - start < 5
+
+
+def test_cpu_limit_is_a_timeout():
+    result = run(job("while True:\n    pass\n", limits=Limits(wall_s=10, cpu_s=1)))
+    assert result.verdict is Verdict.TIMEOUT
+
+
+def test_sleeping_past_the_wall_clock_times_out():
+    result = run(job("import time\ntime.sleep(60)\n", limits=Limits(wall_s=1, cpu_s=5)))
+    assert result.verdict is Verdict.TIMEOUT
+
+
+def test_memory_bomb(launcher):
+    result = run(job("x = []\nwhile True:\n    x.append(bytearray(10**7))\n", limits=Limits(wall_s=10, cpu_s=5, memory_mb=256)), launcher)
+    assert result.verdict is Verdict.MEMORY
+
+
+def test_fork_bomb_is_refused(launcher):
+    program = """
+        import os
+        children = 0
+        for _ in range(50):
+            try:
+                if os.fork() == 0:
+                    while True:
+                        pass
+                children += 1
+            except Exception:
+                pass
+        import ctypes
+        libc = ctypes.CDLL(None)
+        for _ in range(50):
+            if libc.fork() == 0:
+                while True:
+                    pass
+            children += 1 if libc.fork() > 0 else 0
+        assert children == 0, children
+    """ + GOOD
+    result = run(job(program), launcher)
+    assert result.verdict is Verdict.PASSED  # every fork failed, the tests ran normally
+
+
+def test_subprocess_and_threads_are_refused():
+    program = """
+        import subprocess
+        try:
+            subprocess.run(["true"])
+            raise SystemExit("spawned a process")
+        except PermissionError:
+            pass
+        import os
+        try:
+            os.system("true")
+            raise SystemExit("ran a shell")
+        except PermissionError:
+            pass
+    """ + GOOD
+    assert run(job(program)).verdict is Verdict.PASSED
+
+
+def test_endless_output_is_killed():
+    limits = Limits(wall_s=20, cpu_s=20, output_bytes=1000, kill_output_bytes=1 << 20)
+    start = time.monotonic()
+    result = run(job("while True:\n    print('spam' * 100)\n", limits=limits))
+    assert (result.verdict, result.error_type) == (Verdict.ERROR, "OutputLimitExceeded")
+    assert len(result.stdout) == 1000 and time.monotonic() - start < 10
+
+
+def test_writing_and_deleting_outside_the_working_directory(launcher):
+    victim_dir = tempfile.mkdtemp(prefix="mrgrpo-victim-")
+    victim = os.path.join(victim_dir, "keep.txt")
+    with open(victim, "w") as handle:
+        handle.write("precious")
+    outside = os.path.join(tempfile.gettempdir(), f"mrgrpo-escape-{uuid.uuid4().hex}")
+    program = f"""
+        import os, shutil
+        blocked = 0
+        attempts = [
+            lambda: open({outside!r}, "w").write("escaped"),
+            lambda: open({victim!r}, "a").write("tampered"),
+            lambda: os.remove({victim!r}),
+            lambda: shutil.rmtree({victim_dir!r}),
+            lambda: os.rename({victim!r}, {victim!r} + ".moved"),
+            lambda: open("../../escape-relative", "w"),
+            lambda: os.symlink({victim!r}, "link"),
+        ]
+        for attempt in attempts:
+            try:
+                attempt()
+            except OSError:
+                blocked += 1
+        open("scratch.txt", "w").write("inside is fine")
+        assert open("scratch.txt").read() == "inside is fine"
+        assert blocked == len(attempts), blocked
+    """ + GOOD
+    try:
+        before = leftovers()
+        result = run(job(program), launcher)
+        assert result.verdict is Verdict.PASSED, result
+        assert open(victim).read() == "precious"
+        assert not os.path.exists(outside)
+        assert leftovers() <= before
+    finally:
+        os.remove(victim)
+        os.rmdir(victim_dir)
+
+
+def test_environment_secrets_do_not_leak(monkeypatch):
+    monkeypatch.setenv("MRGRPO_TEST_SECRET_TOKEN", "hunter2")
+    program = """
+        import os
+        assert not any("hunter2" in v for v in os.environ.values())
+        assert set(os.environ) <= {"PATH", "LANG", "LC_ALL"}, sorted(os.environ)
+    """ + GOOD
+    assert run(job(program)).verdict is Verdict.PASSED
+
+
+def test_sockets_are_refused(launcher):
+    program = """
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", 9), timeout=1)
+            raise SystemExit("connected")
+        except OSError:
+            pass
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            raise SystemExit("opened a socket")
+        except OSError:
+            pass
+    """ + GOOD
+    assert run(job(program), launcher).verdict is Verdict.PASSED
+
+
+def test_network_is_unreachable_even_through_raw_syscalls():
+    result = run(job(GOOD))
+    if "netns" not in result.isolation:
+        pytest.skip("no network namespace on this system (not root)")
+    program = """
+        import ctypes
+        libc = ctypes.CDLL(None)
+        fd = libc.socket(2, 1, 0)  # AF_INET, SOCK_STREAM, bypassing the socket module
+        if fd >= 0:
+            import struct
+            addr = struct.pack("HH4s8x", 2, 0x3500, bytes([8, 8, 8, 8]))
+            assert libc.connect(fd, addr, len(addr)) != 0
+    """ + GOOD
+    assert run(job(program)).verdict is Verdict.PASSED
+
+
+def test_killing_the_parent_fails_and_the_caller_survives(launcher):
+    program = f"""
+        import os, signal
+        for target in ({os.getpid()}, os.getppid(), -1):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except OSError:
+                pass
+        import ctypes
+        ctypes.CDLL(None).kill({os.getpid()}, 9)
+        ctypes.CDLL(None).kill(-1, 9)
+    """ + GOOD
+    result = run(job(program), launcher)
+    assert result.verdict in (Verdict.PASSED, Verdict.CRASHED)  # it may only have killed itself
+    assert run(job(GOOD), launcher).passed  # the caller (and the launcher) are alive
+
+
+@pytest.mark.parametrize(
+    "trick",
+    [
+        "import sys\nsys.exit(0)\n",
+        "import os\nos._exit(0)\n",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        "import ctypes\nctypes.CDLL(None).kill(ctypes.CDLL(None).getpid(), 9)\n",
+        "raise SystemExit\n",
+        "import builtins\nclass Never(BaseException): pass\nbuiltins.AssertionError = Never\n",
+        "def check(candidate):\n    pass\n",
+        "import builtins\nbuiltins.exit = builtins.quit = lambda *a: None\n",
+        "import atexit, os\natexit.register(lambda: os._exit(0))\nimport sys\nsys.exit(0)\n",
+        "import sys\nsys.stdout.write('passed\\n'); sys.stdout.flush()\nimport os; os.write(3, b'done 3 0\\n'); os._exit(0)\n",
+    ],
+    ids=["sys.exit", "os._exit", "self-kill", "ctypes-self-kill", "SystemExit", "AssertionError",
+         "check", "exit", "atexit", "forged-report"],
+)
+def test_exit_and_override_tricks_never_pass(trick):
+    wrong = "def add(a, b):\n    return 0\n"
+    result = run(job(trick + wrong))
+    assert result.verdict is not Verdict.PASSED, result
+
+
+def test_overriding_builtins_does_not_reach_the_tests():
+    program = "import builtins\nbuiltins.len = lambda x: 0\n" + GOOD
+    tests = "def check(candidate):\n    assert len([1, 2]) == 2\n    assert candidate(1, 1) == 2\n"
+    assert run(Job(program, tests, "humaneval", "add", FAST)).passed
+
+
+def test_the_nonce_is_not_reachable_from_the_program():
+    program = """
+        import os, sys, gc
+        seen = repr(os.environ) + " ".join(sys.argv) + repr(vars(sys.modules["__main__"]))
+        frame = sys._getframe()
+        while frame is not None:
+            seen += repr(frame.f_locals) + repr(frame.f_globals)
+            frame = frame.f_back
+        try:
+            gc.get_objects()
+            raise SystemExit("gc walking allowed")
+        except PermissionError:
+            pass
+        try:
+            sys.stdin.read()
+            os.read(0, 100)
+        except Exception:
+            pass
+        print(seen)
+    """ + GOOD
+    result = run(job(program, limits=Limits(wall_s=5, cpu_s=3, output_bytes=1 << 20)))
+    assert result.passed
+    import re
+
+    assert not re.search(r"\b[0-9a-f]{32}\b", result.stdout)
+
+
+def test_deep_recursion(launcher):
+    result = run(job("def f(n):\n    return f(n + 1)\nf(0)\n"), launcher)
+    assert (result.verdict, result.error_type) == (Verdict.ERROR, "RecursionError")
+    # C-level recursion (repr of a deeply nested list) past the C stack, its guard removed
+    crash = run(job("import sys\nsys.setrecursionlimit(10**8)\nx = []\nfor _ in range(10**6):\n    x = [x]\nrepr(x)\n"), launcher)
+    assert crash.verdict in (Verdict.CRASHED, Verdict.MEMORY)
+
+
+def test_segfault_through_ctypes(launcher):
+    result = run(job("import ctypes\nctypes.string_at(0)\n"), launcher)
+    assert (result.verdict, result.error_type) == (Verdict.CRASHED, "SIGSEGV")
+
+
+def test_run_many_keeps_order_and_isolates_hostile_neighbours():
+    hostile = [
+        job("while True:\n    pass\n", limits=Limits(wall_s=1.5, cpu_s=5)),
+        job("import os, signal\nos.kill(-1, signal.SIGKILL)\n" + GOOD),
+        job("x = bytearray(10**10)\n", limits=Limits(wall_s=5, cpu_s=3, memory_mb=256)),
+    ]
+    good = [job(GOOD), job("def add(a, b):\n    return a * b\n")]
+    jobs = [good[0], hostile[0], good[1], hostile[1], good[0], hostile[2], good[1]]
+    before = leftovers()
+    results = run_many(jobs, workers=3)
+    assert [r.verdict for r in results] == [
+        Verdict.PASSED, Verdict.TIMEOUT, Verdict.FAILED, Verdict.ERROR, Verdict.PASSED, Verdict.MEMORY, Verdict.FAILED,
+    ]
+    assert leftovers() <= before
+
+
+def test_caller_process_is_unaffected():
+    assert signal.getsignal(signal.SIGCHLD) in (signal.SIG_DFL, None)
+    assert os.getcwd() and run_many([]) == []
