@@ -119,8 +119,9 @@ def as_reward_matrix(rewards: Any) -> tuple[Tensor, torch.dtype]:
     if tensor.shape[1] == 0:
         raise ValueError("rewards has no components (K = 0): pass at least one reward column")
     values = tensor.to(torch.float64)
-    infinite = torch.isinf(values)
-    if bool(infinite.any()):
+    # Cheap screen first: column sums are finite unless some entry is ±inf (or they overflow).
+    if not bool(torch.isfinite(torch.nansum(values, dim=0)).all()) and bool(torch.isinf(values).any()):
+        infinite = torch.isinf(values)
         row, col = (int(i) for i in infinite.nonzero()[0])
         raise ValueError(
             f"rewards contain {int(infinite.sum())} infinite value(s) (first at row {row}, component {col}): "
