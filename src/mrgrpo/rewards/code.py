@@ -319,7 +319,18 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
         "format": fmt, "syntax": syntax, "compile": compiles, "run": run, "pass": passed,
         "ast_similarity": similarity, "efficiency": eff, "pass_rate": pass_rate, "executable": executable,
     }
+    for fn in fns.values():
+        fn.state = state  # type: ignore[attr-defined]  # see code_state()
     return {name: RewardComponent(name, (0.0, 1.0), fn) for name, fn in fns.items()}
+
+
+def code_state(suite: RewardSuite) -> CodeRewardState:
+    """The executor state (sandbox limits, result cache, ``executions`` count) of a code suite."""
+    for component in suite.components:
+        state = getattr(component.fn, "state", None)
+        if isinstance(state, CodeRewardState):
+            return state
+    raise ValueError(f"suite {suite.name!r} has no code reward component")
 
 
 def _limits(timeout: float | None, memory_mb: int | None, limits: Limits | None) -> Limits:
