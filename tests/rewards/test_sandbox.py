@@ -339,6 +339,50 @@ def test_run_many_keeps_order_and_isolates_hostile_neighbours():
     assert leftovers() <= before
 
 
+def test_guards_alone_without_privileges(monkeypatch, tmp_path):
+    """As a non-root caller there are no namespaces or uid drop: the audit guards still hold."""
+    import mrgrpo.rewards.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    outside = tmp_path / "escaped"
+    program = f"""
+        import os, socket, subprocess
+        for attempt in (lambda: open({str(outside)!r}, "w"), lambda: socket.socket(),
+                        lambda: os.fork(), lambda: subprocess.run(["true"]), lambda: os.kill(os.getppid(), 9)):
+            try:
+                attempt()
+                raise SystemExit("allowed")
+            except OSError:
+                pass
+        open("inside.txt", "w").write("ok")
+    """ + GOOD
+    before = leftovers()
+    result = run(job(program))
+    assert result.isolation == "guards" and result.verdict is Verdict.PASSED, result
+    assert not outside.exists() and leftovers() <= before
+    assert run(job("import os\nos._exit(0)\n" + GOOD)).verdict is Verdict.ERROR
+
+
 def test_caller_process_is_unaffected():
     assert signal.getsignal(signal.SIGCHLD) in (signal.SIG_DFL, None)
     assert os.getcwd() and run_many([]) == []
+
+
+def test_patching_the_bootstrap_state_or_test_modules_does_not_forge_a_pass():
+    program = """
+        import sys, math
+        math.isclose = lambda *args, **kwargs: True          # a module the tests use
+        frame = sys._getframe()
+        while frame is not None:                              # the bootstrap's frames
+            for value in list(frame.f_locals.values()):
+                if isinstance(value, dict):
+                    for key in ("tests", "program", "n_cases"):
+                        if key in value:
+                            value[key] = "" if key != "n_cases" else 0
+            frame = frame.f_back
+        def add(a, b):
+            return 0
+    """
+    tests = "def check(candidate):\n    import math\n    assert math.isclose(candidate(1, 2), 3)\n"
+    result = run(Job(textwrap.dedent(program), tests, "humaneval", "add", FAST))
+    assert result.verdict is Verdict.FAILED, result

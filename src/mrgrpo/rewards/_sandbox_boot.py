@@ -248,8 +248,24 @@ def _main(read, report_fd):
     type_name = type.__dict__["__name__"].__get__
     perf = time.perf_counter_ns
     next_ = next
-    builtins_snapshot = dict(builtins.__dict__)
+    # Everything read after the program starts is an immutable local: a program can reach
+    # this frame's f_locals and mutate a dict or list it finds there, not rebind a local.
+    builtins_snapshot = tuple(builtins.__dict__.items())
     builtins_dict = builtins.__dict__
+    source, mode, entry = job["program"], job["mode"], job["entry_point"]
+    tests_source, expected_cases = job["tests"], job["n_cases"]
+    stdio_cases = tuple((str_(i), str_(o)) for i, o in job["stdio_cases"])
+    # Modules the tests import: their attributes are restored before the tests run.
+    for name in job["test_modules"]:
+        try:
+            __import__(name)
+        except BaseException:
+            pass
+    module_snapshot = tuple(
+        (sys.modules[name].__dict__, tuple(sys.modules[name].__dict__.items()))
+        for name in job["test_modules"] if name in sys.modules
+    )
+    del job
 
     def name_of(error):
         try:
@@ -261,15 +277,14 @@ def _main(read, report_fd):
             return b"Exception"
 
     try:
-        program = compile(job["program"], "<program>", "exec", dont_inherit=True, optimize=0)
+        program = compile(source, "<program>", "exec", dont_inherit=True, optimize=0)
     except base_exc as error:
         audit("mrgrpo.report", b"invalid " + name_of(error))
         return
-    mode = job["mode"]
     if mode == "stdio":
         text_io, bytes_io = io.TextIOWrapper, io.BytesIO
         real_stdin, real_stdout = sys.stdin, sys.stdout
-        cases = job["stdio_cases"]
+        cases = stdio_cases
         elapsed = 0
         for index in range_(len_(cases)):
             stdin_text, expected = cases[index]
@@ -323,12 +338,14 @@ def _main(read, report_fd):
         audit("mrgrpo.report", b"done 0 0")
         return
     try:
-        tests = compile(job["tests"], "<tests>", "exec", dont_inherit=True, optimize=0)
+        for module_dict, items in module_snapshot:
+            module_dict.clear()
+            module_dict.update(items)
+        tests = compile(tests_source, "<tests>", "exec", dont_inherit=True, optimize=0)
         cases_code = [c for c in tests.co_consts if type_(c) is type_(tests) and c.co_name == "__mrgrpo_cases__"][0]
     except base_exc as error:
         audit("mrgrpo.report", b"error TestsInvalid_" + name_of(error))
         return
-    entry = job["entry_point"]
     try:
         exec(tests, namespace)
         builtins_dict.clear()
@@ -338,7 +355,6 @@ def _main(read, report_fd):
     except base_exc as error:
         audit("mrgrpo.report", b"error " + name_of(error))
         return
-    expected_cases = job["n_cases"]
     index = 0
     elapsed = 0
     while True:

@@ -80,6 +80,17 @@ def _cases_function(body: list[ast.stmt], parameter: str) -> tuple[ast.FunctionD
     return function, n_cases
 
 
+def imported_modules(source: str) -> tuple[str, ...]:
+    """Top-level names of the modules a piece of (test) code imports, in order of appearance."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return tuple(dict.fromkeys(names))
+
+
 @lru_cache(maxsize=4096)
 def _build(tests: str, test_format: str) -> tuple[str, int]:
     module = ast.parse(tests)

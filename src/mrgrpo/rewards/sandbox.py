@@ -53,7 +53,7 @@ from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 
-from mrgrpo.rewards._sandbox_cases import build_cases
+from mrgrpo.rewards._sandbox_cases import build_cases, imported_modules
 from mrgrpo.rewards._sandbox_zygote import Zygote, ZygoteDied
 
 __all__ = ["Job", "Limits", "Result", "Verdict", "run", "run_many"]
@@ -211,6 +211,7 @@ def _job_payload(job: Job, workdir: str, uid: int) -> tuple[dict, int]:
         "tests": "",
         "n_cases": 0,
         "stdio_cases": [],
+        "test_modules": (),
         "entry_point": job.entry_point or "",
         "workdir": workdir,
         "isolate": os.geteuid() == 0,
@@ -226,13 +227,18 @@ def _job_payload(job: Job, workdir: str, uid: int) -> tuple[dict, int]:
     fmt = job.test_format
     if fmt in ("humaneval", "assert"):
         source, n_cases = build_cases(job.tests, fmt)
-        payload.update(mode="code", tests=source, n_cases=n_cases)
+        payload.update(mode="code", tests=source, n_cases=n_cases, test_modules=_test_modules(source))
     elif fmt == "stdio":
         cases = [(str(i), str(o)) for i, o in _stdio_pairs(job.tests)]
         payload.update(mode="stdio", stdio_cases=cases, n_cases=len(cases))
     elif fmt != "none":
         raise ValueError(f"unknown test format {fmt!r}; expected humaneval | assert | stdio | none")
     return payload, payload["n_cases"]
+
+
+@lru_cache(maxsize=4096)
+def _test_modules(source: str) -> tuple[str, ...]:
+    return imported_modules(source)
 
 
 def _stdio_pairs(tests: Iterable) -> list[tuple[str, str]]:
@@ -280,30 +286,33 @@ def run(job: Job, launcher: bool = True) -> Result:
 
 _zygote_lock = threading.Lock()
 _zygote_instance: Zygote | None = None
-_zygote_failed = False
+_zygote_deaths = 0
+_MAX_ZYGOTE_DEATHS = 3  # then every run starts a fresh interpreter instead
 
 
 def _zygote() -> Zygote | None:
-    global _zygote_instance, _zygote_failed
+    """The process's launcher, started on first use (again after a fork of the caller)."""
+    global _zygote_instance, _zygote_deaths
     with _zygote_lock:
         z = _zygote_instance
         if z is not None and z.alive and z.owner == os.getpid():
             return z
-        if _zygote_failed:
+        if _zygote_deaths >= _MAX_ZYGOTE_DEATHS:
             return None
         try:
             _zygote_instance = Zygote(_interpreter()[0], _ENV, _boot_code())
         except OSError:
-            _zygote_failed = True
+            _zygote_deaths = _MAX_ZYGOTE_DEATHS
             return None
         return _zygote_instance
 
 
 def _drop_zygote(z: Zygote) -> None:
-    global _zygote_instance
+    global _zygote_instance, _zygote_deaths
     with _zygote_lock:
         if _zygote_instance is z:
             _zygote_instance = None
+            _zygote_deaths += 1
     z.close()
 
 
