@@ -54,9 +54,12 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=32768)
     parser.add_argument("--size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
 
-    torch.set_num_threads(torch.get_num_threads())
+    if args.threads:
+        # On a shared 2-core machine, multi-threaded kernels stall when a thread is descheduled.
+        torch.set_num_threads(args.threads)
     rewards, rng = make_batch(args.groups, args.size)
     n = len(rewards)
     fixed_ids = np.repeat(np.arange(args.groups), args.size)
@@ -77,8 +80,8 @@ def main() -> None:
     header = f"{'estimator':<10} {'loop s':>8} {'fixed ms':>9} {'shuffled ms':>12} {'varsize ms':>11} {'loop/shuffled':>14} {'shuffled/fixed':>15} {'varsize/fixed':>14}"
     print(header)
     print("-" * len(header))
-    for name in ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo"]:
-        options = {"reward_ranges": RANGES} if name == "sa_mrpo" else {}
+    for name in ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"]:
+        options = {"reward_ranges": RANGES} if name in ("sa_mrpo", "sa_corr_grpo") else {}
 
         def fixed():
             return mrgrpo.compute_advantages(t_rewards, t_fixed_ids, name, weights, **options)

@@ -11,6 +11,7 @@ from mrgrpo.diagnostics import diagnose
 from mrgrpo.estimators import (
     available_estimators,
     compute_advantages,
+    corr_grpo_ema,
     get_estimator,
     register_estimator,
 )
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "available_estimators",
     "compute_advantages",
+    "corr_grpo_ema",
     "diagnose",
     "get_estimator",
     "register_estimator",

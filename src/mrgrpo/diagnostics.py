@@ -48,6 +48,9 @@ def diagnose(
       owns (shares sum to 1; a negative share means the component cancels others).
     * ``scale``: median over varying groups of GRPO's ``1/(std_g T + eps)`` (ddof=1) and
       CorrGRPO's ``1/sqrt(Σρ + eps)``.
+    * ``corr_grpo``: ``denominator_below_one`` (fraction of varying groups whose
+      ``sqrt(Σρ + eps) < 1``, i.e. whose centered total CorrGRPO amplifies) and
+      ``max_amplification`` (largest ``1/sqrt(Σρ + eps)`` in the batch).
     * ``zero_variance_fraction``: fraction of groups whose total ``T`` is constant (GRPO gives
       them zero advantage).
     * ``advantage_collapse``: ``distinct_reward_profiles`` (mean distinct reward rows per group)
@@ -96,9 +99,16 @@ def diagnose(
     counts = groups.sum(torch.ones(n, 1, dtype=torch.float64, device=values.device)).squeeze(1)
     std_total = (var_total / (counts - 1).clamp(min=1)).sqrt()
     corr_sum = correlation_sum(centered * w, groups)
+    corr_scale = (1.0 / (corr_sum + eps_corr).sqrt())[varying]
     report["scale"] = {
         "grpo": _median((1.0 / (std_total + eps_grpo))[varying]),
-        "corr_grpo": _median((1.0 / (corr_sum + eps_corr).sqrt())[varying]),
+        "corr_grpo": _median(corr_scale),
+    }
+    # CorrGRPO amplifies a group's centered total by 1/sqrt(Σρ + eps): anti-correlated rewards
+    # push Σρ toward 0 and the amplification toward 1/sqrt(eps).
+    report["corr_grpo"] = {
+        "denominator_below_one": _float((corr_scale > 1).to(torch.float64).mean()) if corr_scale.numel() else None,
+        "max_amplification": _float(corr_scale.max()) if corr_scale.numel() else None,
     }
     report["advantage_collapse"] = _advantage_collapse(values, groups, w, ranges)
     return report

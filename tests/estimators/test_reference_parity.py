@@ -7,7 +7,7 @@ import torch
 import mrgrpo
 from mrgrpo.estimators import reference
 
-ESTIMATORS = ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo"]
+ESTIMATORS = ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"]
 
 
 def random_batch(seed, n_groups=40, k=4, nan_fraction=0.1, contiguous=False):
@@ -26,7 +26,7 @@ def random_batch(seed, n_groups=40, k=4, nan_fraction=0.1, contiguous=False):
 
 
 def options_for(name, k):
-    return {"reward_ranges": [(-30.0, 30.0)] * k} if name == "sa_mrpo" else {}
+    return {"reward_ranges": [(-30.0, 30.0)] * k} if name in ("sa_mrpo", "sa_corr_grpo") else {}
 
 
 @pytest.mark.parametrize("contiguous", [False, True])

@@ -3,7 +3,8 @@
 One module per estimator; each registers itself on import. Use :func:`compute_advantages`.
 """
 
-from mrgrpo.estimators import corr_grpo, dr_grpo, gdpo, grpo, sa_mrpo  # noqa: F401  (registration)
+from mrgrpo.estimators import corr_grpo, dr_grpo, gdpo, grpo, sa_corr_grpo, sa_mrpo  # noqa: F401  (registration)
+from mrgrpo.estimators.corr_ema import corr_grpo_ema, update_correlation_state
 from mrgrpo.estimators.groups import Groups, make_groups
 from mrgrpo.estimators.registry import (
     Estimator,
@@ -17,6 +18,8 @@ __all__ = [
     "Estimator",
     "Groups",
     "available_estimators",
+    "corr_grpo_ema",
+    "update_correlation_state",
     "compute_advantages",
     "get_estimator",
     "make_groups",

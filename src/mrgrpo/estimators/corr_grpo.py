@@ -1,30 +1,170 @@
-"""CorrGRPO: GRPO's centered total, normalized by the sum of the in-group correlation matrix."""
+"""CorrGRPO: GRPO's centered total, normalized by the sum of the in-group correlation matrix.
+
+Plus the robust options this library adds (each off by default, so the plain estimator is
+exactly the paper's): correlation ``shrinkage``, batch ``pooling``, a floor ``min_corr_sum``,
+a ``"standardized"`` numerator, and a fixed/smoothed ``correlation`` (see :mod:`.corr_ema`).
+
+Notation for one group g of n rollouts: ``c_il = r_il − mean_g r_l`` (NaN entries
+mean-imputed: ``c = 0``), ``z_il = c_il / sqrt(Σ_{i∈g} c_il²)`` (0 for a component constant in
+the group), so the in-group Pearson correlation is ``ρ_lm = Σ_i z_il z_im`` and the quadratic
+form ``uᵀρu = Σ_i (Σ_l u_l z_il)²`` is a sum of squares (never negative, even in floating
+point). ``a_l ∈ {0, 1}`` marks the components that vary in the group (the paper zeroes the row
+and column of the others, diagonal included).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._checks import check_eps
+from mrgrpo.estimators._checks import check_choice, check_eps
 from mrgrpo.estimators.groups import Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
+
+NUMERATORS = ("raw", "standardized")
+POOLINGS = ("group", "batch")
+
+
+def unit_columns(centered: Tensor, groups: Groups) -> tuple[Tensor, Tensor]:
+    """``z`` ``[N, K]`` (centered columns scaled to unit norm within each group) and the
+    ``[num_groups, K]`` bool mask of components that vary in the group."""
+    norm = groups.sum(centered * centered).sqrt()
+    active = norm > 0
+    z = centered / groups.gather(torch.where(active, norm, torch.ones_like(norm)))
+    return z, active
 
 
 def correlation_sum(weighted_centered: Tensor, groups: Groups) -> Tensor:
     """``Σ_{l,m} ρ_lm`` per group ``[num_groups]``, ρ the Pearson correlation of the weighted
-    components within the group.
-
-    ``weighted_centered`` ``[N, K]`` holds ``c_il = w_l (r_il − mean_g r_l)``. With
-    ``z_il = c_il / sqrt(Σ_{i∈g} c_il²)`` (``z = 0`` for a component with zero in-group
-    variance or zero weight, which zeroes its row and column, diagonal included; a negative
-    weight flips the sign of its correlations), ``ρ_lm = Σ_i z_il z_im`` and so
-    ``Σ_{l,m} ρ_lm = Σ_{i∈g} (Σ_l z_il)²``: a sum of squares, never negative, even in
-    floating point. ρ is ddof-free (the ``1/(n − ddof)`` factors cancel).
-    """
-    norm = groups.gather(groups.sum(weighted_centered * weighted_centered).sqrt())
-    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-    row = torch.where(norm > 0, weighted_centered / safe, torch.zeros_like(norm)).sum(dim=1, keepdim=True)
+    components ``c_il = w_l (r_il − mean_g r_l)`` within the group (a negative weight flips the
+    sign of that component's correlations, a zero weight removes it): ``Σ_i (Σ_l z_il)²``."""
+    z, _ = unit_columns(weighted_centered, groups)
+    row = z.sum(dim=1, keepdim=True)
     return groups.sum(row * row).squeeze(1)
+
+
+def pooled_correlation(centered: Tensor) -> Tensor:
+    """``[K, K]`` Pearson correlation of group-centered rows pooled over the whole batch
+    (``Σ_i c_il c_im / sqrt(Σ_i c_il² Σ_i c_im²)``; 0 rows/columns for constant components)."""
+    norm = (centered * centered).sum(dim=0).sqrt()
+    z = centered / torch.where(norm > 0, norm, torch.ones_like(norm))
+    return z.T @ z
+
+
+def shrinkage_intensity(z: Tensor, active: Tensor, dof: Tensor, groups: Groups | None) -> Tensor:
+    """Shrinkage intensity toward the identity, from the sample size and K:
+
+    ``λ = min(1, P / (dof · Σ_{l≠m} ρ_lm²))`` over the ``P = k(k − 1)`` ordered pairs of the
+    ``k`` varying components, ``dof = G − 1``.
+
+    This is Schäfer & Strimmer's (2005, "A shrinkage approach to large-scale covariance matrix
+    estimation", target "D": correlations shrunk to the identity) optimal intensity
+    ``λ* = Σ_{l≠m} Var(ρ_lm) / Σ_{l≠m} ρ_lm²`` with the sampling variance of each correlation
+    taken at its exact value under independence, ``E[ρ²] = 1/(G − 1)`` (normal data), instead
+    of the plug-in estimate, which degenerates for tiny groups (at G = 2 every sample
+    correlation is ±1 and the plug-in variance is 0, so it would never shrink). So λ = 1 at
+    G = 2 (a 2-sample correlation carries no information), and λ falls as G grows and as the
+    observed correlations stand out from the noise floor ``1/(G − 1)``. With pooling, ``dof``
+    is the batch's ``Σ_g (G_g − 1)``.
+
+    Args:
+        z: ``[N, K]`` unit-norm centered columns (per group, or over the batch).
+        active: ``[num_groups, K]`` (or ``[K]``) varying components.
+        dof: ``[num_groups]`` (or scalar) degrees of freedom.
+        groups: per-group sums when given, else sums over the batch.
+    """
+    k = z.shape[1]
+    products = (z.unsqueeze(2) * z.unsqueeze(1)).reshape(z.shape[0], k * k)  # z_il z_im
+    rho = groups.sum(products) if groups is not None else products.sum(dim=0)
+    k_active = active.to(z.dtype).sum(dim=-1)
+    off_diagonal_sq = ((rho * rho).sum(dim=-1) - k_active).clamp(min=0.0)  # diagonal ρ_ll = 1
+    pairs = k_active * (k_active - 1)
+    dof = dof.to(z.dtype)
+    informative = (off_diagonal_sq > 0) & (dof > 0)
+    ratio = pairs / torch.where(informative, dof * off_diagonal_sq, torch.ones_like(off_diagonal_sq))
+    return torch.where(informative, ratio, torch.ones_like(ratio)).clamp(0.0, 1.0)
+
+
+def check_corr_options(
+    shrinkage: Any, pooling: Any, min_corr_sum: Any, numerator: Any, correlation: Any, k: int, name: str
+) -> Tensor | None:
+    check_choice(pooling, "pooling", POOLINGS, name)
+    check_choice(numerator, "numerator", NUMERATORS, name)
+    if shrinkage != "auto" and (
+        isinstance(shrinkage, bool) or not isinstance(shrinkage, (int, float)) or not 0 <= shrinkage <= 1
+    ):
+        raise ValueError(f"{name}: shrinkage must be a number in [0, 1] or 'auto', got {shrinkage!r}")
+    if min_corr_sum is not None and (
+        isinstance(min_corr_sum, bool) or not isinstance(min_corr_sum, (int, float)) or not 0 <= min_corr_sum < float("inf")
+    ):
+        raise ValueError(f"{name}: min_corr_sum must be None or a finite number >= 0, got {min_corr_sum!r}")
+    if correlation is None:
+        return None
+    matrix = torch.as_tensor(correlation, dtype=torch.float64)
+    if matrix.shape != (k, k) or not bool(torch.isfinite(matrix).all()):
+        raise ValueError(f"{name}: correlation must be a finite [K, K] = [{k}, {k}] matrix, got shape {tuple(matrix.shape)}")
+    if pooling != "batch":
+        raise ValueError(f"{name}: a given correlation matrix replaces the batch estimate: set pooling='batch'")
+    return matrix
+
+
+def robust_corr_advantages(
+    rewards: Tensor,
+    groups: Groups,
+    coefficients: Tensor,
+    *,
+    eps: float,
+    shrinkage: float | str,
+    pooling: str,
+    min_corr_sum: float | None,
+    numerator: str,
+    correlation: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """Shared math of ``corr_grpo`` and ``sa_corr_grpo``: advantages ``[N]`` and the per-group
+    denominator ``sqrt(D + eps)`` ``[num_groups]`` (for diagnostics)."""
+    moments = group_moments(rewards, groups)
+    centered = moments.centered
+    z, active = unit_columns(centered, groups)
+    if numerator == "raw":
+        top = (centered * coefficients).sum(dim=1)
+        # ρ of the weighted components: sign(w_l) sign(w_m) ρ_lm
+        u = torch.sign(coefficients).expand_as(active) * active
+    else:
+        # Σ_l w_l x_il with x the in-group z-score (ddof=1): Var_g(Σ w x) = Σ_lm w_l w_m ρ_lm
+        n = groups.sizes.to(rewards.dtype).unsqueeze(1)
+        top = (z * groups.gather(n - 1).sqrt() * coefficients).sum(dim=1)
+        u = coefficients.expand_as(active) * active
+    if pooling == "group":
+        row = (z * groups.gather(u)).sum(dim=1, keepdim=True)
+        quadratic = groups.sum(row * row).squeeze(1)
+    else:
+        rho = pooled_correlation(centered) if correlation is None else correlation.to(rewards.device)
+        quadratic = ((u @ rho) * u).sum(dim=1).clamp(min=0.0)  # PSD: only rounding could go below 0
+    if shrinkage == "auto":
+        if pooling == "group":
+            lam = shrinkage_intensity(z, active, groups.sizes - 1, groups)
+        else:
+            scored = ~torch.isnan(rewards).all(dim=1)
+            dof = scored.sum() - groups.sum(scored.to(rewards.dtype).unsqueeze(1)).gt(0).sum()
+            pooled_norm = (centered * centered).sum(dim=0).sqrt()
+            pooled_z = centered / torch.where(pooled_norm > 0, pooled_norm, torch.ones_like(pooled_norm))
+            lam = shrinkage_intensity(pooled_z, pooled_norm > 0, dof, None).expand(groups.num_groups)
+    else:
+        lam = torch.full((groups.num_groups,), float(shrinkage), dtype=rewards.dtype, device=rewards.device)
+    if pooling == "group" and shrinkage == 0:
+        denominator_sq = quadratic  # exactly the paper's sum, no extra rounding
+    else:
+        # (1 − λ) uᵀρu + λ uᵀIu, the identity restricted to the varying components
+        denominator_sq = (1 - lam) * quadratic + lam * (u * u).sum(dim=1)
+    if min_corr_sum is not None:
+        denominator_sq = denominator_sq.clamp(min=float(min_corr_sum))
+    denominator = (denominator_sq + eps).sqrt()
+    full = groups.gather(denominator)
+    safe = torch.where(full > 0, full, torch.ones_like(full))
+    # top is exactly 0 where every component is constant in the group (also for size-1 groups)
+    return torch.where(top != 0, top / safe, torch.zeros_like(top)), denominator
 
 
 @register_estimator("corr_grpo")
@@ -34,31 +174,57 @@ def corr_grpo(
     weights: Tensor,
     *,
     eps: float = 1e-6,
+    shrinkage: float | str = 0.0,
+    pooling: str = "group",
+    min_corr_sum: float | None = None,
+    numerator: str = "raw",
+    correlation: Any = None,
 ) -> Tensor:
     """CorrGRPO advantage ``A_i = Σ_l w_l (r_il − mean_g r_l) / sqrt(Σ_{l,m} ρ_lm + eps)``.
 
     GRPO divides the centered total by ``sqrt(Var T) = sqrt(Σ_{l,m} Cov_lm)``, in which a
-    high-variance component dominates; CorrGRPO replaces covariances with correlations so every
-    varying component counts 1 on the diagonal whatever its scale. The numerator keeps the
-    weighted raw total (the rewards' units), and there is no batch renormalization.
+    high-variance component dominates; CorrGRPO replaces covariances with correlations (of the
+    weighted components: ``sign(w_l w_m) ρ_lm``) so every varying component counts 1 on the
+    diagonal whatever its scale. The numerator keeps the weighted raw total (the rewards'
+    units); there is no batch renormalization.
 
     Args:
-        rewards: ``[N, K]`` float64. NaN entries are mean-imputed: their centered value is 0,
-            both in the numerator and in the correlations.
-        groups, weights: as for every estimator; a negative weight flips the sign of that
-            component's correlations.
+        rewards: ``[N, K]`` float64. NaN entries are mean-imputed (centered value 0) in the
+            numerator and in the correlations.
+        groups, weights: as for every estimator (weights ``[K]``).
         eps: added inside the square root (paper: 1e-6).
+        shrinkage: λ in [0, 1] shrinking ρ toward the identity (on the varying components):
+            ``ρ' = (1 − λ) ρ + λ I``, so ``Σρ' ≥ λ·(number of varying components)``. ``"auto"``:
+            the Schäfer–Strimmer (2005) optimal intensity estimated per group from its G
+            rollouts (see :func:`shrinkage_intensity`): 1 at G = 2, falling as G grows.
+        pooling: ``"group"`` (paper): ρ estimated in each group from its G rollouts;
+            ``"batch"``: one ρ from all group-centered rollouts of the batch, applied to every
+            group (restricted to the components that vary in that group).
+        min_corr_sum: floor ``f`` on the denominator's sum. Then
+            ``|A_i| ≤ |Σ_l w_l c_il| / sqrt(f + eps)``; with the standardized numerator
+            ``|x_il| ≤ (G − 1)/sqrt(G)`` so ``|A_i| ≤ Σ_l |w_l| (G − 1)/sqrt(G) / sqrt(f + eps)``.
+        numerator: ``"raw"`` (paper) or ``"standardized"``: ``Σ_l w_l x_il`` with ``x`` the
+            in-group z-score (ddof=1), over the matching ``sqrt(Σ_lm w_l w_m ρ_lm + eps)`` —
+            the in-group std of that sum — so the advantages have in-group std 1 (up to eps)
+            and are invariant to a positive affine change of any component. It is GDPO's
+            summed z-scores renormalized per group instead of over the batch.
+        correlation: a fixed ``[K, K]`` correlation matrix to use instead of estimating one
+            (with ``pooling="batch"``), e.g. the smoothed state of :mod:`.corr_ema`.
 
     Returns:
         ``[N]`` float64; sums to 0 within every group. A group of one rollout, or with every
         component constant, gives exact zeros.
 
+    Known failure modes of the plain estimator (which the options address): anti-correlated
+    rewards drive Σρ to 0 and the advantages to ``num/sqrt(eps)``; ρ from small G is noisy;
+    the raw numerator carries the rewards' units.
+
     Example (paper Figure 2): ρ12 = 0.9756, ρ13 = ρ23 = 0.1098, scale 1/sqrt(5.3904) = 0.4307.
     """
     eps = check_eps(eps, "corr_grpo")
-    centered = group_moments(rewards, groups).centered
-    weighted = centered * weights
-    numerator = weighted.sum(dim=1)
-    denominator = (groups.gather(correlation_sum(weighted, groups)) + eps).sqrt()
-    safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
-    return torch.where(numerator != 0, numerator / safe, torch.zeros_like(numerator))
+    matrix = check_corr_options(shrinkage, pooling, min_corr_sum, numerator, correlation, rewards.shape[1], "corr_grpo")
+    advantages, _ = robust_corr_advantages(
+        rewards, groups, weights, eps=eps, shrinkage=shrinkage, pooling=pooling,
+        min_corr_sum=min_corr_sum, numerator=numerator, correlation=matrix,
+    )
+    return advantages

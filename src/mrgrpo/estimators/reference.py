@@ -116,10 +116,23 @@ def corr_grpo(rewards, group_ids, weights=None, eps=1e-6) -> np.ndarray:
     return out
 
 
+def sa_corr_grpo(rewards, group_ids, weights=None, reward_ranges=None, gamma=0.5, eps=1e-6) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    k = rewards.shape[1]
+    weights = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)
+    coefficients = np.zeros(k)
+    for j, (lo, hi) in enumerate(reward_ranges):
+        column = rewards[:, j][~np.isnan(rewards[:, j])]
+        s = 0.0 if column.size == 0 else min(max((column.mean() - lo) / (hi - lo), 0.0), 1.0)
+        coefficients[j] = weights[j] * (1.0 if gamma == 0 else (1.0 - s) ** gamma)
+    return corr_grpo(rewards, group_ids, coefficients, eps)
+
+
 REFERENCES = {
     "grpo": grpo,
     "dr_grpo": lambda rewards, group_ids, weights=None: grpo(rewards, group_ids, weights, scale="none"),
     "gdpo": gdpo,
     "sa_mrpo": sa_mrpo,
     "corr_grpo": corr_grpo,
+    "sa_corr_grpo": sa_corr_grpo,
 }

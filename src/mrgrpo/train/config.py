@@ -51,20 +51,19 @@ class _Strict(BaseModel):
 class TaskConfig(_Strict):
     """Where prompts come from.
 
-    ``name`` is ``arithmetic`` (the built-in one-digit task the tiny preset is made for) or
-    any reasoning-gym dataset name (``chain_sum``, ``basic_arithmetic``, ``gsm_symbolic``, ...),
-    built with ``options`` as its keyword arguments.
+    ``name`` is any reasoning-gym dataset name (``chain_sum``, ``basic_arithmetic``,
+    ``gsm_symbolic``, ...), built with ``options`` as its keyword arguments. Train prompts,
+    eval prompts and few-shot examples are distinct questions (see
+    :func:`mrgrpo.data.reasoning_tasks.load_reasoning_gym`).
     """
 
     name: str = "chain_sum"
     options: dict[str, Any] = Field(default_factory=dict)
-    size: int = Field(1000, gt=0, description="number of training prompts")
-    eval_size: int = Field(100, gt=0, description="number of held-out prompts (`mrgrpo eval`)")
+    size: int = Field(150, gt=0, description="number of training prompts")
+    eval_size: int = Field(40, ge=0, description="number of held-out prompts (`mrgrpo eval`)")
     seed: int = 0
     system_prompt: str | None = Field(
-        "Solve the arithmetic problem. Think briefly, then give only the final number inside "
-        "<answer></answer>.",
-        description="system line; null for none",
+        None, description="system line; null: the math suite's instruction; empty: no system message"
     )
     few_shot: int = Field(1, ge=0, le=4, description="worked example exchanges put before each prompt")
 

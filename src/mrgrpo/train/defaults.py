@@ -17,8 +17,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "task": {
         "name": "chain_sum",
         "options": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
-        "size": 1000,
-        "eval_size": 100,
+        "size": 150,
+        "eval_size": 40,
         "seed": 0,
         "system_prompt": "Solve the arithmetic problem. Give only the final number inside <answer></answer>.",
         "few_shot": 1,
@@ -51,7 +51,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
 TINY_CONFIG: dict[str, Any] = {
     **DEFAULT_CONFIG,
     "model": "tiny",
-    "task": {**DEFAULT_CONFIG["task"], "size": 64, "eval_size": 16},
+    "task": {**DEFAULT_CONFIG["task"], "size": 32, "eval_size": 8},
     "max_steps": 4,
     "max_wall_seconds": None,
     "save_steps": 2,

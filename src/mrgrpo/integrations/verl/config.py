@@ -1,0 +1,132 @@
+"""The ``algorithm.mrgrpo`` block of a verl config, typed and validated once.
+
+verl hands every advantage estimator its ``algorithm`` config (a ``DictConfig``). Our estimators
+read one optional sub-block, ``algorithm.mrgrpo``; every field is documented here and nowhere else::
+
+    algorithm:
+      adv_estimator: mrgrpo_gdpo
+      mrgrpo:
+        components: [correctness, format, length]   # keys of compute_score's dict
+        weights: [1.0, 0.5, 0.5]
+        options: {}                                  # the estimator's own options
+        normalization: rollout                       # or "token" (verl's GDPO whitening)
+        eps: 1.0e-6                                  # verl's epsilon; null = mrgrpo's default
+        suite: null                                  # e.g. "math": components/weights/ranges from it
+        suite_options: {}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+NORMALIZATIONS = ("rollout", "token")
+VERL_EPS = 1e-6  # verl's ``epsilon`` default in compute_grpo_outcome_advantage / gdpo
+
+
+@dataclass(frozen=True)
+class MrgrpoVerlConfig:
+    """Settings of mrgrpo estimators inside verl (``algorithm.mrgrpo``).
+
+    Attributes:
+        components: ``non_tensor_batch`` keys holding one score per rollout each, i.e. keys of the
+            dict that ``compute_score`` returns (verl's reward manager copies them into
+            ``reward_extra_info``). ``None``: the suite's names if ``suite`` is set, else verl's
+            ``algorithm.gdpo_reward_keys``, else the scalar score (``token_level_rewards``
+            summed over tokens) as the only component (K = 1).
+        weights: one per component; ``None``: the suite's weights, else verl's
+            ``algorithm.gdpo_reward_weights``, else all 1.
+        options: the estimator's options (``mrgrpo.get_estimator(name).options``); unknown
+            names raise before any math runs.
+        normalization: ``"rollout"`` (default): the estimator as defined in mrgrpo; a final batch
+            normalization (gdpo, sa_mrpo) is over rollouts, as TRL does. ``"token"``: that
+            normalization is replaced by verl's ``masked_whiten`` over all response tokens
+            (verl's GDPO convention: longer responses weigh more); only for estimators with a
+            ``batch_norm`` option.
+        eps: applied as the estimator's ``eps`` option when it has one and ``options`` does not
+            set it. Default 1e-6 is verl's epsilon (mrgrpo's own default, 1e-4, is TRL's);
+            ``None`` keeps mrgrpo's default.
+        suite: an mrgrpo reward suite name (``math``, ``tool_call``, ``code``, ...) supplying
+            defaults for components, weights and (for sa_mrpo) ``reward_ranges``; use the same
+            suite in ``mrgrpo.integrations.verl_reward``.
+        suite_options: keyword arguments of the suite factory.
+    """
+
+    components: tuple[str, ...] | None = None
+    weights: tuple[float, ...] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    normalization: str = "rollout"
+    eps: float | None = VERL_EPS
+    suite: str | None = None
+    suite_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"algorithm.mrgrpo.normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}"
+            )
+        if self.components is not None:
+            if not self.components or not all(isinstance(c, str) and c for c in self.components):
+                raise ValueError(f"algorithm.mrgrpo.components must be a non-empty list of key names, got {self.components!r}")
+            if len(set(self.components)) != len(self.components):
+                raise ValueError(f"algorithm.mrgrpo.components has duplicates: {list(self.components)}")
+        if self.weights is not None and self.components is not None and len(self.weights) != len(self.components):
+            raise ValueError(
+                f"algorithm.mrgrpo.weights has {len(self.weights)} entries for {len(self.components)} "
+                f"components {list(self.components)}"
+            )
+        if self.eps is not None and not (self.eps >= 0):
+            raise ValueError(f"algorithm.mrgrpo.eps must be >= 0 or null, got {self.eps!r}")
+
+    @classmethod
+    def from_algorithm_config(cls, algorithm: Any) -> MrgrpoVerlConfig:
+        """Read ``algorithm.mrgrpo`` (plus verl's ``gdpo_reward_keys`` / ``gdpo_reward_weights``
+        as fallbacks) from verl's algorithm config: a ``DictConfig``, ``AlgoConfig``, dict or None."""
+        if algorithm is None:
+            return cls()
+        block = _plain(_get(algorithm, "mrgrpo")) or {}
+        if not isinstance(block, Mapping):
+            raise ValueError(f"algorithm.mrgrpo must be a mapping, got {type(block).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(block) - known)
+        if unknown:
+            raise ValueError(f"algorithm.mrgrpo has unknown key(s) {unknown}; known keys: {sorted(known)}")
+        values = dict(block)
+        if values.get("components") is None and values.get("suite") is None:
+            values["components"] = _plain(_get(algorithm, "gdpo_reward_keys"))
+            if values.get("weights") is None:
+                values["weights"] = _plain(_get(algorithm, "gdpo_reward_weights"))
+        for key in ("components", "weights"):
+            if values.get(key) is not None:
+                if isinstance(values[key], str | bytes) or not isinstance(values[key], list | tuple):
+                    raise ValueError(f"algorithm.mrgrpo.{key} must be a list, got {values[key]!r}")
+                values[key] = tuple(float(v) for v in values[key]) if key == "weights" else tuple(values[key])
+        for key in ("options", "suite_options"):
+            if values.get(key) is None:
+                values[key] = {}
+            elif not isinstance(values[key], Mapping):
+                raise ValueError(f"algorithm.mrgrpo.{key} must be a mapping, got {values[key]!r}")
+            else:
+                values[key] = dict(values[key])
+        return cls(**values)
+
+
+def _get(config: Any, key: str) -> Any:
+    if isinstance(config, Mapping):
+        return config.get(key)
+    getter = getattr(config, "get", None)  # DictConfig and verl's BaseConfig dataclasses
+    if callable(getter):
+        return getter(key, None)
+    return getattr(config, key, None)
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers -> plain Python (lists, dicts); everything else unchanged."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - verl always brings omegaconf
+        return value
+    if isinstance(value, DictConfig | ListConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
