@@ -132,7 +132,10 @@ def run_train(
     from mrgrpo.train.tasks import build_dataset
     from mrgrpo.train.trainer import MultiRewardGRPOTrainer
 
+    import datasets
+
     job_started = time.monotonic() if job_started is None else job_started
+    datasets.disable_progress_bars()
     console = Console(stderr=True, quiet=quiet)
     checkpoint: Path | None = None
     if resume is not None:

@@ -49,6 +49,7 @@ def smollm2_dir() -> Path:
 def _fix_chatml_tokens(tokenizer: Any, model: Any | None) -> None:
     """The GGUF metadata names ``<|im_start|>`` as eos; the instruct model ends a turn with
     ``<|im_end|>``. Restore the original special tokens so generation stops at the end of turn."""
+    tokenizer.clean_up_tokenization_spaces = False  # BPE: cleanup would strip spaces (and warns)
     vocab = tokenizer.get_vocab()
     if "<|im_end|>" in vocab:
         tokenizer.eos_token = "<|im_end|>"
@@ -82,7 +83,9 @@ def load_tokenizer(name_or_path: str) -> Any:
 def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) -> LoadedModel:
     """Load a policy and its tokenizer (see the module docstring for accepted names)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # GGUF conversion / weight loading bars: the job draws its own
     if name_or_path == "tiny":
         from mrgrpo.train.tiny import build_model, build_tokenizer
 

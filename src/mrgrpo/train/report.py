@@ -49,6 +49,11 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def edge_window(count: int) -> int:
+    """Steps averaged for "start" and "end": up to WINDOW, at most a third of the run."""
+    return max(1, min(WINDOW, count // 3))
+
+
 def _mean_matrix(records: list[dict[str, Any]]) -> list[list[float | None]] | None:
     matrices = [r.get("correlation") for r in records if r.get("correlation")]
     if not matrices:
@@ -173,11 +178,12 @@ def write_report(
         "advantages.png": _plot_advantages(run_dir / "advantages.png", metrics),
         "correlation.png": _plot_correlation(
             run_dir / "correlation.png",
-            _mean_matrix(diagnostics[:WINDOW]),
-            _mean_matrix(diagnostics[-WINDOW:]),
+            _mean_matrix(diagnostics[: edge_window(len(diagnostics))]),
+            _mean_matrix(diagnostics[-edge_window(len(diagnostics)) :]),
             names,
         ),
     }
+    window = edge_window(len(metrics))
     lines = [
         f"# mrgrpo run: {config.estimator} on {config.task.name}",
         "",
@@ -186,14 +192,14 @@ def write_report(
         f"- steps: {steps} (stopped: {stop_reason}); job time {seconds:.0f} s",
         f"- last checkpoint: `{checkpoint.name if checkpoint else 'none'}`",
         "",
-        f"## Rewards (mean of the first / last {WINDOW} logged steps)",
+        f"## Rewards (mean of the first / last {window} logged steps)",
         "",
         "| component | start | end | change |",
         "|---|---|---|---|",
     ]
     for key, label in [(f"mrgrpo/rewards/{n}", n) for n in names] + [("mrgrpo/reward_total", "**total**")]:
         _, values = _series(metrics, key)
-        start, end = _mean(values[:WINDOW]), _mean(values[-WINDOW:])
+        start, end = _mean(values[:window]), _mean(values[-window:])
         change = None if start is None or end is None else end - start
         lines.append(f"| {label} | {_fmt(start)} | {_fmt(end)} | {_fmt(change)} |")
     lines += ["", "## Plots", ""]

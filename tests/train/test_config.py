@@ -1,0 +1,91 @@
+"""Config validation: unknown keys, bad values, reserved trainer keys, overrides, the embedded default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mrgrpo.train.config import ConfigError, apply_overrides, load_config, parse_value, validate_config
+from mrgrpo.train.defaults import DEFAULT_CONFIG
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_embedded_default_is_the_demo_yaml():
+    assert yaml.safe_load((REPO / "configs" / "demo.yaml").read_text()) == DEFAULT_CONFIG
+    config = load_config(None)
+    assert config.model == "smollm2" and config.estimator == "corr_grpo"
+    assert config.rewards.suite == "math" and config.task.name == "chain_sum"
+    assert config.max_wall_seconds is not None and config.max_wall_seconds <= 600
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.yaml")))
+def test_shipped_configs_validate(name):
+    load_config(REPO / "configs" / name)
+
+
+def _error(data) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(data, "test.yaml")
+    return str(info.value)
+
+
+def test_unknown_keys_are_named():
+    message = _error({"modle": "tiny"})
+    assert "modle: unknown key" in message and "test.yaml" in message
+    assert "task.sise: unknown key" in _error({"task": {"sise": 3}})
+
+
+def test_trainer_keys_must_be_grpo_fields():
+    message = _error({"trainer": {"learning_rat": 1e-5}})
+    assert "trainer.learning_rat is not a GRPOConfig field" in message and "learning_rate" in message
+
+
+@pytest.mark.parametrize("key", ["max_steps", "output_dir", "multi_objective_aggregation", "scale_rewards", "reward_weights"])
+def test_reserved_trainer_keys_point_to_the_right_place(key):
+    message = _error({"trainer": {key: 1}})
+    assert f"trainer.{key} is set by mrgrpo" in message
+
+
+def test_bad_values():
+    assert "max_steps" in _error({"max_steps": 0})
+    assert "unknown estimator 'nope'" in _error({"estimator": "nope"})
+    message = _error({"estimator": "grpo", "estimator_options": {"gamma": 1.0}})
+    assert "has no option(s) ['gamma']" in message and "scale" in message
+    assert "max_wall_seconds" in _error({"max_wall_seconds": "soon"})
+
+
+def test_estimator_options_accepted():
+    config = validate_config({"estimator": "sa_mrpo", "estimator_options": {"gamma": 1.0}})
+    assert config.estimator_options == {"gamma": 1.0}
+
+
+def test_overrides_and_values():
+    assert parse_value("1e-5") == 1e-5 and parse_value("3") == 3 and parse_value("true") is True
+    assert parse_value("[24, 64]") == [24, 64] and parse_value("chain_sum") == "chain_sum"
+    data = apply_overrides({"trainer": {}}, ["trainer.learning_rate=1e-5", "task.options.min_terms=3"])
+    assert data == {"trainer": {"learning_rate": 1e-5}, "task": {"options": {"min_terms": 3}}}
+    with pytest.raises(ConfigError, match="expected key=value"):
+        apply_overrides({}, ["max_steps"])
+    config = load_config(None, ["max_steps=3", "trainer.learning_rate=2e-5"], estimator="gdpo")
+    assert config.max_steps == 3 and config.trainer["learning_rate"] == 2e-5 and config.estimator == "gdpo"
+
+
+def test_missing_and_invalid_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(bad)
+
+
+def test_grpo_config_errors_are_config_errors(tmp_path):
+    from mrgrpo.train.job import grpo_config
+
+    # 8 rollouts per step cannot be split into groups of 3
+    config = validate_config({"trainer": {"num_generations": 3, "per_device_train_batch_size": 8}})
+    with pytest.raises(ConfigError, match="invalid trainer settings"):
+        grpo_config(config, tmp_path)
