@@ -17,7 +17,7 @@ from mrgrpo.train.config import TaskConfig
 from mrgrpo.train.presets import load_model
 from mrgrpo.train.tasks import build_dataset
 
-STEPS = 3
+STEPS = 2
 N = 8  # rollouts per step: 2 prompts x 4 generations
 
 
@@ -127,9 +127,3 @@ def test_advantages_match_stock_trl(trl_args, estimator, options, dataset, tmp_p
         torch.testing.assert_close(ours.advantages[step], stock.advantages[step], rtol=1e-5, atol=1e-5)
         assert ours.advantages[step].abs().sum() > 0
 
-
-def test_other_estimators_differ_from_grpo(dataset, tmp_path):
-    weights = [1.0, 0.5, 2.0]
-    grpo = _run(MultiRewardGRPOTrainer, dataset, tmp_path / "g", weights, estimator="grpo")
-    corr = _run(MultiRewardGRPOTrainer, dataset, tmp_path / "c", weights, estimator="corr_grpo")
-    assert not torch.allclose(grpo.advantages[0], corr.advantages[0])

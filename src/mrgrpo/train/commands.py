@@ -31,8 +31,11 @@ def train_command(
         Optional[Path], typer.Option("--resume", help="continue the run in this directory from its last checkpoint")
     ] = None,
 ) -> None:
-    """Train with multi-reward GRPO. Without arguments: the embedded CPU demo (SmolLM2-135M,
-    reasoning-gym chain_sum, math suite, corr_grpo, under 10 minutes on 2 cores)."""
+    """Train with multi-reward GRPO (no arguments: the embedded CPU demo, SmolLM2 + corr_grpo).
+
+    The embedded demo: SmolLM2-135M-Instruct on reasoning-gym chain_sum, math suite
+    (correctness, format, length), corr_grpo, CPU, under 10 minutes on 2 cores.
+    """
     started = time.monotonic()
     from mrgrpo.train.config import ConfigError, load_config
     from mrgrpo.train.job import load_run_config, run_train
