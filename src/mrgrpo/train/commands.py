@@ -2,8 +2,8 @@
 
 Several GPUs (TRL's usual launcher; trainer settings pass through to GRPOConfig)::
 
-    accelerate launch --num_processes 4 -m mrgrpo.cli train --config configs/math.yaml \\
-        --set trainer.use_vllm=true --set trainer.vllm_mode=colocate --set trainer.bf16=true
+    accelerate launch --num_processes 4 -m mrgrpo.cli train --config configs/gpu_math.yaml \\
+        --set model=Qwen/Qwen2.5-1.5B-Instruct
 """
 
 from __future__ import annotations

@@ -161,10 +161,11 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
             logged.pop()
         logged.extend(adv.tolist())
         if self.run_diagnostics and self.accelerator.is_main_process:
+            cpu_values = values.cpu()  # a [B, K] matrix: cheaper on the CPU than many tiny GPU kernels
             report = diagnose(
-                values,
+                cpu_values,
                 self.group_ids(values.shape[0], mode),
-                weights=self._weights(values),
+                weights=self._weights(cpu_values),
                 reward_ranges=self.reward_ranges,
                 names=self.reward_names,
             )
