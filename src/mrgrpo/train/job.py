@@ -182,6 +182,9 @@ def run_train(
         callbacks=[stop, log_cb, progress, *(extra_callbacks or [])],
     )
     log_cb.trainer = trainer
+    for callback in extra_callbacks or []:  # callbacks that read the trainer (e.g. RolloutLogger)
+        if hasattr(callback, "trainer") and callback.trainer is None:
+            callback.trainer = trainer
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(HFProgressCallback)
     if resumed_step:

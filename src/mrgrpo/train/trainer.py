@@ -98,6 +98,7 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         self.mrgrpo_seconds = 0.0  # total time spent in mrgrpo's advantage + diagnostics code
         self.last_diagnostics: dict[str, Any] | None = None
         self.last_advantages: torch.Tensor | None = None  # gathered, as handed to the loss
+        self.last_rewards: torch.Tensor | None = None  # gathered [B_global, K] of the last train batch
         self._gathered_rewards: torch.Tensor | None = None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
@@ -112,6 +113,8 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
             raise RuntimeError("MultiRewardGRPOTrainer: no rewards were recorded for this batch")
         self._gathered_rewards = None
         mode = "train" if self.model.training else "eval"
+        if mode == "train":
+            self.last_rewards = rewards.detach()  # read by mrgrpo.experiments.rollouts.RolloutLogger
         start = time.perf_counter()
         advantages = self.advantages_for(rewards, mode)
         local = len(inputs)
