@@ -1,0 +1,55 @@
+"""The ``mrgrpo compare`` and ``mrgrpo analyze`` commands; :func:`register` adds them to the CLI app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def compare_command(
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="train config YAML (+ optional `experiment` section)")] = None,
+    estimators: Annotated[str, typer.Option("--estimators", "-e", help="comma-separated estimator names")] = "grpo,gdpo,sa_mrpo,corr_grpo",
+    seeds: Annotated[int, typer.Option("--seeds", "-n", min=1, help="number of seeds (0..N-1)")] = 5,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output directory (default runs/compare-<config name>)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="runs in parallel (one CPU thread each when > 1)")] = 1,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", "-s", help="override a config key (repeatable)")] = None,
+) -> None:
+    """Train every estimator × seed (paired) and write compare.md with 95% intervals, curves and Pareto plots.
+    Rerun the same command to resume: finished runs are not rerun."""
+    from mrgrpo.experiments.compare import run_compare
+    from mrgrpo.train.config import ConfigError
+
+    names = [e.strip() for e in estimators.split(",") if e.strip()]
+    out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
+    try:
+        run_compare(config, names, list(range(seeds)), out, jobs=jobs, overrides=list(set_ or []), log=typer.echo)
+    except (ConfigError, ValueError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+
+
+def analyze_command(
+    source: Annotated[Path, typer.Argument(help="rollouts.jsonl, or a run directory holding one")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="report directory (default: <run dir>/analysis)")] = None,
+    estimators: Annotated[str, typer.Option("--estimators", "-e", help="comma-separated names, or 'all'")] = "all",
+    weights: Annotated[Optional[str], typer.Option(help="component weights, comma-separated (default: the run's)")] = None,
+    ranges: Annotated[Optional[str], typer.Option(help="component ranges lo:hi, comma-separated (default: the run's)")] = None,
+) -> None:
+    """Replay logged reward batches through every estimator: sign agreement, rank correlation,
+    effective component weights, diagnostics over time."""
+    from mrgrpo.experiments.analyze import run_analyze
+
+    try:
+        report = run_analyze(source, out=out, estimators=estimators, weights=weights, ranges=ranges)
+    except ValueError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {report}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare`` and ``analyze`` to ``app``."""
+    app.command("compare")(compare_command)
+    app.command("analyze")(analyze_command)

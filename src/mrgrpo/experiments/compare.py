@@ -1,0 +1,385 @@
+"""``mrgrpo compare``: train one run per estimator × seed and compare them with 95% intervals.
+
+Design (paired): seed ``s`` fixes the model initialization, the warm start (when the config's
+``experiment.warm_start`` is set and the model is the ``tiny`` preset) and the trainer's sampling
+RNG; the data (``task.seed``) is the same for every run. Every estimator of seed ``s`` starts
+from the *same* weights, so estimator differences can be taken per seed (paired differences).
+
+Layout of ``--out DIR``::
+
+    warm_start/seed<S>/            the shared warm-start model of seed S (if any)
+    runs/<estimator>/seed<S>/      an ordinary run directory (+ rollouts.jsonl, result.json)
+    summary.json, compare.md, curves.png, pareto.png
+
+A run counts as finished when its ``result.json`` exists; ``compare`` skips finished runs and
+restarts unfinished ones, so an interrupted comparison resumes by rerunning the same command.
+
+The config file is a ``mrgrpo train`` config plus an optional ``experiment`` section
+(:class:`ExperimentConfig`), dropped before the train config is validated; any train config works.
+Objectives are the reward components, divided by their declared range (``(r − lo)/(hi − lo)``,
+so scales are comparable), and ``total`` = Σ_k w_k · normalized r_k. Three views of each:
+``eval`` (mean over sampled generations on the task's held-out prompts after training),
+``curve`` (mean of the training batch means over all steps: area under the learning curve) and
+``end`` (mean over the last ``curve_tail`` fraction of steps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from mrgrpo.experiments.stats import fmt_ci, mean_ci, paired
+
+RESULT_FILE = "result.json"
+VIEWS = {
+    "eval": "sampled generations on held-out prompts after training",
+    "curve": "training-batch mean over all steps (area under the learning curve)",
+    "end": "training-batch mean over the last steps",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WarmStartConfig(_Strict):
+    """Supervised warm start of the ``tiny`` preset (see :func:`mrgrpo.experiments.testbed.warm_start`)."""
+
+    steps: int = Field(250, ge=0)
+    learning_rate: float = Field(3e-3, gt=0)
+    batch_size: int = Field(32, gt=0)
+    format_rate: float = Field(0.6, ge=0, le=1)
+
+
+class EvalConfig(_Strict):
+    """Sampled evaluation after training on the task's held-out split."""
+
+    samples: int = Field(4, gt=0, description="samples per held-out prompt")
+    max_new_tokens: int | None = Field(None, gt=0, description="default: trainer.max_completion_length or 64")
+    temperature: float = Field(1.0, gt=0)
+    limit: int | None = Field(None, gt=0, description="use only the first N held-out prompts")
+
+
+class ExperimentConfig(_Strict):
+    """The ``experiment`` section of a compare config."""
+
+    warm_start: WarmStartConfig | None = None
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    curve_tail: float = Field(0.2, gt=0, le=1, description="fraction of steps averaged for the `end` view")
+
+
+def load_compare_config(path: str | Path | None, overrides: list[str] | None = None) -> tuple[dict[str, Any], ExperimentConfig]:
+    """``(train config mapping, experiment config)`` of a compare YAML (validated)."""
+    from mrgrpo.experiments import testbed  # noqa: F401  (registers the testbed suite)
+    from mrgrpo.train.config import ConfigError, apply_overrides, load_config, validate_config
+
+    if path is None:
+        data = load_config(None).model_dump(mode="json")
+        source = "embedded default"
+    else:
+        source = str(path)
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+    data = apply_overrides(data, overrides or [])
+    experiment = ExperimentConfig.model_validate(data.pop("experiment", None) or {})
+    validate_config(data, source)  # fail early, before any run starts
+    return data, experiment
+
+
+def run_dir_of(out: Path, estimator: str, seed: int) -> Path:
+    return out / "runs" / estimator / f"seed{seed}"
+
+
+def _objectives(names: list[str]) -> list[str]:
+    return [*names, "total"]
+
+
+def _normalize(values: dict[str, float | None], names: list[str], ranges: list[tuple[float, float]], weights: list[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    total = 0.0
+    for name, (lo, hi), w in zip(names, ranges, weights):
+        v = values.get(name)
+        out[name] = None if v is None or not math.isfinite(v) else (v - lo) / (hi - lo if hi > lo else 1.0)
+        total = math.nan if out[name] is None else total + w * out[name]
+    out["total"] = total if math.isfinite(total) else None
+    return out
+
+
+def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConfig) -> dict[str, Any]:
+    """Sampled generations of the run's final model on the held-out prompts, scored by the suite."""
+    from mrgrpo.train.evaluate import _render, generate
+    from mrgrpo.train.job import last_checkpoint
+    from mrgrpo.train.presets import load_model
+    from mrgrpo.train.tasks import build_dataset
+
+    checkpoint = last_checkpoint(run_dir)
+    if checkpoint is None or config.task.eval_size == 0:
+        return {}
+    loaded = load_model(str(checkpoint))
+    dataset = build_dataset(config.task, "eval", chat=loaded.chat)
+    if experiment.eval.limit is not None:
+        dataset = dataset.select(range(min(experiment.eval.limit, len(dataset))))
+    prompts = [_render(p, loaded.tokenizer, loaded.chat) for p in dataset["prompt"]]
+    samples = experiment.eval.samples
+    max_new = experiment.eval.max_new_tokens or int(config.trainer.get("max_completion_length", 64))
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        completions = generate(loaded.model, loaded.tokenizer, prompts, max(samples, 2), max_new,
+                               batch_size=16, temperature=experiment.eval.temperature)
+    completions = [c[:samples] for c in completions]
+    flat = [c for per in completions for c in per]
+    columns = {name: [v for v in dataset[name] for _ in range(samples)] for name in dataset.column_names if name != "prompt"}
+    flat_prompts = [p for p in dataset["prompt"] for _ in range(samples)]
+    means = {}
+    for component in suite.components:
+        values = [v for v in component(flat_prompts, flat, **columns) if v is not None]
+        means[component.name] = sum(values) / len(values) if values else None
+    return {"means": means, "prompts": len(prompts), "samples": samples, "example": flat[:4]}
+
+
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train and evaluate one (estimator, seed) run; writes and returns its ``result.json``."""
+    from mrgrpo.experiments import testbed
+    from mrgrpo.experiments.rollouts import RolloutLogger
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import build_suite, run_train
+    from mrgrpo.train.presets import load_tokenizer
+
+    started = time.monotonic()
+    run_dir = Path(spec["run_dir"])
+    if (run_dir / RESULT_FILE).is_file():
+        return json.loads((run_dir / RESULT_FILE).read_text())
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an interrupted run: start it again from scratch
+    experiment = ExperimentConfig.model_validate(spec["experiment"])
+    data = dict(spec["train"])
+    data.update(estimator=spec["estimator"], seed=spec["seed"])
+    if spec.get("warm_dir"):
+        warm = testbed.warm_start(validate_config(data), spec["seed"], spec["warm_dir"], **experiment.warm_start.model_dump())
+        data["model"] = str(warm)
+    config = validate_config(data)
+    result = run_train(config, out=run_dir, quiet=spec.get("quiet", True), extra_callbacks=[RolloutLogger(run_dir)])
+    suite = build_suite(config, load_tokenizer(config.model))
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    curves = {name: [m.get(f"mrgrpo/rewards/{name}") for m in metrics] for name in suite.names}
+    tail = max(1, int(round(experiment.curve_tail * len(metrics))))
+
+    def avg(values: list[Any]) -> float | None:
+        kept = [v for v in values if v is not None and math.isfinite(v)]
+        return sum(kept) / len(kept) if kept else None
+
+    record = {
+        "estimator": spec["estimator"],
+        "seed": spec["seed"],
+        "names": suite.names,
+        "ranges": [list(r) for r in suite.reward_ranges],
+        "weights": list(suite.weights),
+        "steps": result.steps,
+        "stop_reason": result.stop_reason,
+        "train_seconds": round(result.seconds, 1),
+        "curves": curves,
+        "raw": {"curve": {n: avg(c) for n, c in curves.items()}, "end": {n: avg(c[-tail:]) for n, c in curves.items()}},
+    }
+    evaluation = _evaluate(run_dir, config, suite, experiment)
+    if evaluation:
+        record["raw"]["eval"] = evaluation["means"]
+        record["eval_info"] = {k: v for k, v in evaluation.items() if k != "means"}
+    record["objectives"] = {
+        view: _normalize(values, suite.names, suite.reward_ranges, suite.weights) for view, values in record["raw"].items()
+    }
+    record["seconds"] = round(time.monotonic() - started, 1)
+    (run_dir / RESULT_FILE).write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _worker_init(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def plan(train: dict[str, Any], experiment: ExperimentConfig, estimators: list[str], seeds: list[int], out: Path) -> list[dict[str, Any]]:
+    use_warm = experiment.warm_start is not None and train.get("model", "tiny") == "tiny"
+    specs = []
+    for seed in seeds:  # seed-major: each seed's runs complete together (early paired results)
+        for estimator in estimators:
+            specs.append({
+                "estimator": estimator,
+                "seed": seed,
+                "run_dir": str(run_dir_of(out, estimator, seed)),
+                "warm_dir": str(out / "warm_start" / f"seed{seed}") if use_warm else None,
+                "train": train,
+                "experiment": experiment.model_dump(mode="json"),
+            })
+    return specs
+
+
+def run_compare(
+    config_path: str | Path | None,
+    estimators: list[str],
+    seeds: list[int],
+    out: str | Path,
+    jobs: int = 1,
+    overrides: list[str] | None = None,
+    log: Any = print,
+) -> dict[str, Any]:
+    """Run (or resume) the comparison and write its report; returns the summary."""
+    from mrgrpo.estimators import available_estimators
+
+    unknown = [e for e in estimators if e not in available_estimators()]
+    if unknown:
+        raise ValueError(f"unknown estimator(s) {unknown}; available: {', '.join(available_estimators())}")
+    if len(set(estimators)) != len(estimators) or not estimators:
+        raise ValueError("--estimators: give distinct names")
+    out = Path(out)
+    train, experiment = load_compare_config(config_path, overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare_config.yaml").write_text(yaml.safe_dump({**train, "experiment": experiment.model_dump(mode="json")}, sort_keys=False))
+    specs = plan(train, experiment, estimators, seeds, out)
+    todo = [s for s in specs if not (Path(s["run_dir"]) / RESULT_FILE).is_file()]
+    log(f"compare: {len(specs)} runs ({len(estimators)} estimators × {len(seeds)} seeds), {len(specs) - len(todo)} already finished → {out}")
+    started = time.monotonic()
+    if todo:
+        warm = {s["warm_dir"]: s for s in todo if s["warm_dir"]}
+        if jobs <= 1:
+            for i, spec in enumerate(todo, 1):
+                record = run_one(spec)
+                log(f"  [{i}/{len(todo)}] {spec['estimator']} seed {spec['seed']}: {record['seconds']:.0f} s")
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(1,)) as pool:
+                if warm:  # warm starts first (one per seed), so runs of one seed never race for it
+                    from mrgrpo.experiments.testbed import warm_start  # noqa: F401
+
+                    list(pool.map(_warm_only, warm.values()))
+                futures = {pool.submit(run_one, spec): spec for spec in todo}
+                from concurrent.futures import as_completed
+
+                for i, future in enumerate(as_completed(futures), 1):
+                    spec, record = futures[future], future.result()
+                    log(f"  [{i}/{len(todo)}] {spec['estimator']} seed {spec['seed']}: {record['seconds']:.0f} s")
+    elapsed = time.monotonic() - started
+    records = [json.loads((Path(s["run_dir"]) / RESULT_FILE).read_text()) for s in specs]
+    summary = summarize(records, estimators, seeds)
+    summary.update(config=str(config_path) if config_path else "embedded default", out=str(out), jobs=jobs,
+                   wall_seconds_this_call=round(elapsed, 1), experiment=experiment.model_dump(mode="json"),
+                   overrides=list(overrides or []))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    from mrgrpo.experiments.plots import plot_curves, plot_pareto
+
+    figures = {
+        "curves.png": plot_curves(out / "curves.png", records, estimators),
+        "pareto.png": plot_pareto(out / "pareto.png", summary, records, estimators),
+    }
+    (out / "compare.md").write_text(render_markdown(summary, figures))
+    log(f"wrote {out / 'compare.md'}")
+    return summary
+
+
+def _warm_only(spec: dict[str, Any]) -> str:
+    from mrgrpo.experiments import testbed
+    from mrgrpo.train.config import validate_config
+
+    experiment = ExperimentConfig.model_validate(spec["experiment"])
+    data = {**spec["train"], "estimator": spec["estimator"], "seed": spec["seed"]}
+    return str(testbed.warm_start(validate_config(data), spec["seed"], spec["warm_dir"], **experiment.warm_start.model_dump()))
+
+
+def summarize(records: list[dict[str, Any]], estimators: list[str], seeds: list[int]) -> dict[str, Any]:
+    """Per view, objective and estimator: mean ± 95% CI over seeds; paired differences vs the baseline."""
+    names = records[0]["names"]
+    objectives = _objectives(names)
+    by = {(r["estimator"], r["seed"]): r for r in records}
+    views = [v for v in VIEWS if all(v in r["objectives"] for r in records)]
+    baseline = "grpo" if "grpo" in estimators else estimators[0]
+    table: dict[str, Any] = {}
+    diffs: dict[str, Any] = {}
+    for view in views:
+        table[view], diffs[view] = {}, {}
+        for est in estimators:
+            table[view][est] = {}
+            for obj in objectives:
+                mean, half, n = mean_ci([by[(est, s)]["objectives"][view].get(obj) for s in seeds])
+                table[view][est][obj] = {"mean": mean, "ci": half, "n": n}
+            if est != baseline:
+                diffs[view][est] = {
+                    obj: paired([by[(est, s)]["objectives"][view].get(obj) for s in seeds],
+                                [by[(baseline, s)]["objectives"][view].get(obj) for s in seeds])
+                    for obj in objectives
+                }
+    seconds = [r["seconds"] for r in records]
+    return {
+        "estimators": estimators, "seeds": seeds, "names": names, "objectives": objectives, "baseline": baseline,
+        "ranges": records[0]["ranges"], "weights": records[0]["weights"], "views": views,
+        "table": table, "paired": diffs,
+        "steps": records[0]["steps"], "run_seconds": {"total": round(sum(seconds), 1), "mean": round(sum(seconds) / len(seconds), 1)},
+        "eval_info": records[0].get("eval_info", {}),
+    }
+
+
+def render_tables(summary: dict[str, Any]) -> list[str]:
+    """Markdown tables: per view, mean ± 95% CI (best mean per column in bold), then paired differences."""
+    lines: list[str] = []
+    objectives, baseline = summary["objectives"], summary["baseline"]
+    n = len(summary["seeds"])
+    for view in summary["views"]:
+        lines += [f"**{view}** — {VIEWS[view]}; mean ± 95% CI over {n} seeds (best per column in bold)", ""]
+        lines += ["| estimator | " + " | ".join(objectives) + " |", "|---" * (len(objectives) + 1) + "|"]
+        rows = summary["table"][view]
+        best = {o: max((rows[e][o]["mean"] for e in rows if math.isfinite(rows[e][o]["mean"])), default=math.nan) for o in objectives}
+        for est, cells in rows.items():
+            out = []
+            for o in objectives:
+                text = fmt_ci(cells[o]["mean"], cells[o]["ci"])
+                out.append(f"**{text}**" if math.isfinite(best[o]) and cells[o]["mean"] == best[o] else text)
+            lines.append(f"| {est} | " + " | ".join(out) + " |")
+        lines.append("")
+        if summary["paired"].get(view):
+            lines += [f"Paired difference vs {baseline} ({view}): mean ± 95% CI, and seeds with difference > 0 / < 0", ""]
+            lines += ["| estimator | " + " | ".join(objectives) + " |", "|---" * (len(objectives) + 1) + "|"]
+            for est, cells in summary["paired"][view].items():
+                out = []
+                for o in objectives:
+                    d = cells[o]
+                    sig = " ✓" if math.isfinite(d["ci"]) and abs(d["mean"]) > d["ci"] else ""
+                    out.append(f"{d['mean']:+.3f} ± {d['ci']:.3f} ({d['positive']}/{d['negative']}){sig}" if math.isfinite(d["mean"]) else "—")
+                lines.append(f"| {est} | " + " | ".join(out) + " |")
+            lines += ["", "✓: the 95% interval of the paired difference excludes 0.", ""]
+    return lines
+
+
+def render_markdown(summary: dict[str, Any], figures: dict[str, Any]) -> str:
+    est = ",".join(summary["estimators"])
+    lines = [
+        f"# mrgrpo compare: {est}",
+        "",
+        f"- config: `{summary['config']}`" + (f" with `--set {' '.join(summary['overrides'])}`" if summary["overrides"] else ""),
+        f"- seeds: {summary['seeds']} (paired: every estimator of a seed starts from the same weights, data and RNG seed)",
+        f"- steps per run: {summary['steps']}; run time: {summary['run_seconds']['mean']:.0f} s mean, "
+        f"{summary['run_seconds']['total']:.0f} s summed over runs; this call: {summary['wall_seconds_this_call']:.0f} s wall (jobs={summary['jobs']})",
+        f"- components (range, weight): " + ", ".join(
+            f"{n} ([{lo:g}, {hi:g}], {w:g})" for n, (lo, hi), w in zip(summary["names"], summary["ranges"], summary["weights"])),
+        "- objectives are divided by their range; total = Σ w_k · normalized r_k",
+    ]
+    info = summary.get("eval_info") or {}
+    if info:
+        lines.append(f"- eval: {info.get('prompts')} held-out prompts × {info.get('samples')} sampled generations")
+    lines += ["", *render_tables(summary), "## Figures", ""]
+    for name, path in figures.items():
+        if path is not None:
+            lines.append(f"![{name}]({name})")
+    return "\n".join(lines) + "\n"
