@@ -1,0 +1,58 @@
+import json
+import random
+
+import pytest
+import torch
+
+from mrgrpo.experiments.analyze import effective_weights, group_standardize, run_analyze, spearman
+
+
+def _write_rollouts(path, scale_b: float, steps: int = 3, groups: int = 4, size: int = 6):
+    rng = random.Random(0)
+    with path.open("w") as f:
+        for step in range(1, steps + 1):
+            for g in range(groups):
+                for _ in range(size):
+                    f.write(json.dumps({"step": step, "group_id": f"{step}:{g}", "a": float(rng.random() < 0.5),
+                                        "b": scale_b * rng.random()}) + "\n")
+
+
+def test_effective_weight_of_a_scaled_component(tmp_path):
+    # b independent of a, on a scale 100x larger: GRPO's advantage is almost only b; GDPO weighs both alike.
+    path = tmp_path / "rollouts.jsonl"
+    _write_rollouts(path, scale_b=100.0)
+    report = run_analyze(path, out=tmp_path / "out", estimators="grpo,gdpo,corr_grpo")
+    data = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    assert report.name == "analysis.md" and report.is_file()
+    assert (tmp_path / "out" / "effective_weights.png").is_file() and (tmp_path / "out" / "diagnostics.png").is_file()
+    shares = {e: data["effective_weights"][e]["share"] for e in data["estimators"]}
+    assert shares["grpo"][1] > 0.95
+    assert 0.35 < shares["gdpo"][0] < 0.65
+    assert data["skipped"] == []
+    text = report.read_text()
+    assert "Sign agreement" in text and "Rank correlation" in text
+
+
+def test_estimators_needing_ranges_are_skipped_without_them(tmp_path):
+    path = tmp_path / "rollouts.jsonl"
+    _write_rollouts(path, scale_b=1.0, steps=1)
+    run_analyze(path, out=tmp_path / "o", estimators="grpo,sa_mrpo")
+    assert json.loads((tmp_path / "o" / "analysis.json").read_text())["skipped"] == ["sa_mrpo"]
+    run_analyze(path, out=tmp_path / "p", estimators="grpo,sa_mrpo", ranges="0:1,0:1")
+    assert json.loads((tmp_path / "p" / "analysis.json").read_text())["estimators"] == ["grpo", "sa_mrpo"]
+
+
+def test_group_standardize_and_exact_fit():
+    rewards = torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.0, 5.0], [1.0, 3.0]], dtype=torch.float64)
+    z = group_standardize(rewards, ["x", "x", "y", "y"])
+    # group x: a = (0, 1) -> z = (-0.7071, 0.7071); b constant -> 0. group y: a = (0, 1), b = (5, 3)
+    assert z[:, 0].tolist() == pytest.approx([-0.7071068, 0.7071068, -0.7071068, 0.7071068])
+    assert z[:2, 1].tolist() == [0.0, 0.0]
+    beta, r2 = effective_weights(2 * z[:, 0] - z[:, 1], z)
+    assert beta == pytest.approx([2.0, -1.0]) and r2 == pytest.approx(1.0)
+    assert spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 15.0])) == pytest.approx(0.5)
+
+
+def test_missing_source_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="no rollouts.jsonl"):
+        run_analyze(tmp_path)

@@ -1,0 +1,75 @@
+"""End to end on the tiny preset: compare (2 estimators × 2 seeds × 2 steps), resume, analyze."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mrgrpo.experiments.analyze import run_analyze
+from mrgrpo.experiments.compare import RESULT_FILE, load_compare_config, run_compare, run_dir_of
+
+CONFIG = Path(__file__).parents[2] / "configs" / "testbed" / "scale1.yaml"
+FAST = [
+    "max_steps=2", "save_steps=2", "task.size=8", "task.eval_size=2",
+    "trainer.num_generations=4", "trainer.per_device_train_batch_size=8", "trainer.max_completion_length=6",
+    "experiment.warm_start.steps=2", "experiment.eval.samples=2", "experiment.eval.max_new_tokens=6",
+]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    summary = run_compare(CONFIG, ["grpo", "gdpo"], [0, 1], out, overrides=FAST, log=lambda *_: None)
+    return out, summary
+
+
+def test_compare_writes_table_plots_and_paired_differences(compared):
+    out, summary = compared
+    text = (out / "compare.md").read_text()
+    for needle in ("| estimator | correct | format | close | low | total |", "Paired difference vs grpo", "**"):
+        assert needle in text
+    assert (out / "curves.png").stat().st_size > 0 and (out / "pareto.png").stat().st_size > 0
+    assert summary["views"] == ["eval", "curve", "end"]
+    cell = summary["table"]["eval"]["gdpo"]["correct"]
+    assert cell["n"] == 2 and 0.0 <= cell["mean"] <= 1.0
+    assert summary["paired"]["eval"]["gdpo"]["total"]["n"] == 2
+    # paired design: both estimators of a seed start from the same warm-start model
+    for seed in (0, 1):
+        models = {json.loads((run_dir_of(out, e, seed) / RESULT_FILE).read_text())["seed"] for e in ("grpo", "gdpo")}
+        assert models == {seed}
+        assert (out / "warm_start" / f"seed{seed}" / "config.json").is_file()
+
+
+def test_interrupted_compare_resumes_without_rerunning_finished_runs(compared):
+    out, _ = compared
+    finished = run_dir_of(out, "grpo", 0) / RESULT_FILE
+    before = finished.stat().st_mtime_ns
+    interrupted = run_dir_of(out, "gdpo", 1)
+    (interrupted / RESULT_FILE).unlink()  # as if killed after training, before its result was written
+    logs = []
+    run_compare(CONFIG, ["grpo", "gdpo"], [0, 1], out, overrides=FAST, log=logs.append)
+    assert "3 already finished" in logs[0]
+    assert finished.stat().st_mtime_ns == before
+    assert (interrupted / RESULT_FILE).is_file()
+
+
+def test_analyze_a_logged_run(compared):
+    out, _ = compared
+    run = run_dir_of(out, "grpo", 0)
+    lines = (run / "rollouts.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 8 and json.loads(lines[0])["step"] == 1
+    report = run_analyze(run)
+    data = json.loads((run / "analysis" / "analysis.json").read_text())
+    assert report.is_file() and "sa_mrpo" in data["estimators"]  # ranges come from the run
+    assert data["steps"] == [1, 2]
+
+
+def test_experiment_section_is_validated(tmp_path):
+    from mrgrpo.train.config import ConfigError
+
+    train, experiment = load_compare_config(CONFIG)
+    assert "experiment" not in train and experiment.warm_start.steps > 0
+    with pytest.raises(ConfigError):
+        load_compare_config(CONFIG, ["trainer.not_a_field=1"])
+    with pytest.raises(Exception, match="warm_strat"):
+        load_compare_config(CONFIG, ["experiment.warm_strat=1"])
