@@ -384,3 +384,12 @@ def load_agentdojo(
         rows = [item_row(item, tools_in_prompt, system_prompt) for item in chosen]
         out[split] = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({"prompt": []})
     return datasets.DatasetDict(out)
+
+
+def load_attack_names() -> list[str]:
+    """The attacks registered in AgentDojo (``--attack`` choices)."""
+    from agentdojo.attacks.attack_registry import ATTACKS
+
+    import agentdojo.attacks  # noqa: F401  (registers the built-in attacks)
+
+    return sorted(ATTACKS)

@@ -463,3 +463,39 @@ def trainer_setup(options: dict[str, Any]) -> tuple[type, dict[str, Any]]:
     """``(trainer class, extra keyword arguments)`` the train job uses for the agentdojo task."""
     rollout = AgentRollout(**{k: options[k] for k in ROLLOUT_OPTIONS if k in options})
     return _trainer_class(), {"rollout": rollout}
+
+
+def run_agentdojo_eval(
+    loaded: Any,
+    model_name: str,
+    attack: str | None = None,
+    limit: int | None = None,
+    max_new_tokens: int | None = None,
+    suites: Sequence[str] | None = None,
+    split: str | None = "test",
+    max_turns: int = DEFAULT_MAX_TURNS,
+) -> dict[str, Any]:
+    """``mrgrpo eval --task agentdojo``: :func:`evaluate_agentdojo` with a loaded model (greedy),
+    in the shape :func:`mrgrpo.train.evaluate.print_table` shows (``limit``: user tasks per suite)."""
+    from mrgrpo.data.agentdojo import DEFAULT_ATTACK, load_attack_names
+
+    attack = attack or DEFAULT_ATTACK
+    if attack not in load_attack_names():
+        from mrgrpo.train.config import ConfigError
+
+        raise ConfigError(f"--attack {attack!r}: unknown; AgentDojo's attacks: {', '.join(load_attack_names())}")
+    policy = model_policy(loaded.model, loaded.tokenizer, loaded.chat, max_new_tokens or 256)
+    report = evaluate_agentdojo(policy, suites, attack, split, limit, max_turns, "compact" if not loaded.chat else "full")
+    metrics = {f"{suite}/{name}": value for suite, row in report["suites"].items() for name, value in row.items()}
+    problems = report["suites"]["overall"]["benign_items"] + report["suites"]["overall"]["attacked_items"]
+    return {
+        "model": model_name,
+        "task": "agentdojo",
+        "metric": "attack_success_rate",
+        "samples": 1,
+        "problems": problems,
+        "metrics": metrics,
+        "components": {},
+        **{k: v for k, v in report.items() if k != "suites"},
+        "suites": report["suites"],
+    }
