@@ -188,7 +188,7 @@ def _import_builtin_suites() -> None:
     # Suites register themselves on import; import lazily so `mrgrpo.rewards` stays light.
     import importlib
 
-    for module in ("code", "math", "tool_call"):
+    for module in ("code", "math", "tool_call", "agent"):
         try:
             importlib.import_module(f"mrgrpo.rewards.{module}")
         except ModuleNotFoundError as error:

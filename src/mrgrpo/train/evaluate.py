@@ -24,7 +24,7 @@ from typing import Any
 
 from mrgrpo.train.config import ConfigError, TaskConfig
 
-TASKS = ("math", "humaneval", "bfcl")
+TASKS = ("math", "humaneval", "bfcl", "agentdojo")
 
 
 @dataclass
@@ -183,8 +183,11 @@ def run_eval(
     max_new_tokens: int | None = None,
     config_path: Path | None = None,
     out: Path | None = None,
+    attack: str | None = None,
 ) -> dict[str, Any]:
-    """Generate and score; returns (and writes to ``out``) the JSON-ready result."""
+    """Generate and score; returns (and writes to ``out``) the JSON-ready result.
+
+    ``attack``: the AgentDojo attack for ``task="agentdojo"`` (see :mod:`mrgrpo.train.agent_rollout`)."""
     from mrgrpo.train.presets import load_model
 
     if task not in TASKS:
@@ -195,6 +198,15 @@ def run_eval(
         loaded = load_model(loadable)
     except OSError as error:
         raise ConfigError(f"--model {model}: {error}") from None
+    if task == "agentdojo":
+        from mrgrpo.train.agent_rollout import run_agentdojo_eval
+
+        result = run_agentdojo_eval(loaded, model, attack=attack, limit=limit, max_new_tokens=max_new_tokens)
+        result.update(loaded=loadable, seconds=round(time.monotonic() - started, 1))
+        if out is not None:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(result, indent=2))
+        return result
     task_config = _task_config(run_config, config_path) if task == "math" else None
     eval_task = build_eval_task(task, loaded.tokenizer, loaded.chat, limit, task_config)
     prompts = [_render(p, loaded.tokenizer, loaded.chat) for p in eval_task.dataset["prompt"]]

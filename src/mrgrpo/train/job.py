@@ -171,7 +171,13 @@ def run_train(
     stop = StopCallback(config.max_wall_seconds, job_started)
     log_cb = RunLogCallback(run_dir, purge_step=resumed_step + 1 if resumed_step else None)
     progress = ProgressCallback(suite.names, stop, console=console)
-    trainer = MultiRewardGRPOTrainer(
+    trainer_class, task_kwargs = MultiRewardGRPOTrainer, {}
+    if config.task.name == "agentdojo":  # multi-turn rollouts: a trainer with a rollout_func
+        from mrgrpo.train.agent_rollout import trainer_setup
+
+        trainer_class, task_kwargs = trainer_setup(dict(config.task.options))
+    trainer = trainer_class(
+        **task_kwargs,
         model=loaded.model,
         args=args,
         train_dataset=dataset,

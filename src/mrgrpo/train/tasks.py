@@ -24,6 +24,11 @@ def build_dataset(config: TaskConfig, split: str = "train", chat: bool = True) -
 
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if config.name == "agentdojo":  # multi-turn tool use (mrgrpo.train.agent_rollout)
+        from mrgrpo.train.agent_rollout import build_agentdojo_dataset
+
+        size = config.size if split == "train" else config.eval_size
+        return build_agentdojo_dataset(dict(config.options), split, chat, seed=config.seed, size=size)
     try:
         splits = load_reasoning_gym(
             {config.name: dict(config.options)},
