@@ -125,3 +125,120 @@ def test_scripted_policy_matches_agentdojo_pipeline_on_every_suite():
 def test_scripted_policy_matches_agentdojo_pipeline_larger_sample():
     mismatches = _parity(_sample(per_suite=8, seed=1))
     assert not mismatches, "\n".join(mismatches)
+
+
+# ----------------------------------------------------------------------------- token-level rollout
+
+
+class _ScriptedModel:
+    """A stand-in causal LM whose ``generate`` appends the next scripted turn of each sequence."""
+
+    device = "cpu"
+    training = True
+
+    def __init__(self, tokenizer, turns: list[str]) -> None:
+        from types import SimpleNamespace
+
+        self.tokenizer, self.turns, self.calls = tokenizer, turns, 0
+        self.generation_config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id)
+
+    def eval(self):
+        return self
+
+    def train(self, mode=True):
+        return self
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        import torch
+
+        text = self.turns[min(self.calls, len(self.turns) - 1)]
+        self.calls += 1
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: max_new_tokens - 1]
+        ids = ids + [self.tokenizer.eos_token_id]
+        new = torch.tensor([ids] * input_ids.shape[0])
+        return torch.cat([input_ids, new], dim=1)
+
+
+def _fake_trainer(tokenizer, model, rows, max_completion_length=400):
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        processing_class=tokenizer,
+        max_completion_length=max_completion_length,
+        model=model,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        args=SimpleNamespace(temperature=1.0, top_p=1.0, top_k=0),
+        agent_rows=rows,
+        _metrics={"train": defaultdict(list)},
+    )
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_token_rollout_executes_tools_masks_feedback_and_scores(chat):
+    from mrgrpo.rewards import get_suite
+    from mrgrpo.train.agent_rollout import AgentRollout, plain_text
+    from mrgrpo.train.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    item = ad.AgentItem("banking", "user_task_1", "injection_task_1", ad.DEFAULT_ATTACK)
+    row = ad.item_row(item, system_prompt="Use tools.")
+    user = ad.ground_truth_calls(item, "user")
+    answer = ad.task_suite("banking").user_tasks["user_task_1"].GROUND_TRUTH_OUTPUT
+    turns = [_block([("no_such_tool", {})]), _block(user), answer]
+    model = _ScriptedModel(tokenizer, turns)
+    prompt = row["prompt"] if chat else plain_text(row["prompt"])
+    rows = [dict(row, prompt=prompt)] * 2
+    out = AgentRollout(max_turns=5, max_turn_tokens=200, max_tool_chars=300)([prompt, prompt], _fake_trainer(tokenizer, model, rows))
+    assert set(out) == {"prompt_ids", "completion_ids", "logprobs", "env_mask", "agent_trace"}
+    ids, mask = out["completion_ids"][0], out["env_mask"][0]
+    assert len(ids) == len(mask) and 0 in mask and 1 in mask
+    generated = tokenizer.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=True)
+    feedback = tokenizer.decode([t for t, m in zip(ids, mask) if not m], skip_special_tokens=True)
+    assert "Invalid tool no_such_tool" in feedback and "no_such_tool" in generated
+    assert answer in generated and "Invalid tool" not in generated
+    trace = json.loads(out["agent_trace"][0])
+    assert trace["turns"] == turns and trace["final"] == answer
+    suite = get_suite("agent", workers=0)
+    columns = {k: [r[k] for r in rows] for k in ("suite", "user_task", "injection_task", "attack", "version", "injections")}
+    columns["agent_trace"] = out["agent_trace"]
+    scores = {c.name: c([prompt] * 2, ["x"] * 2, **columns) for c in suite.components}
+    assert scores["utility"] == [1.0, 1.0] and scores["security"] == [1.0, 1.0]
+
+
+def test_episode_turn_limit_and_bad_blocks():
+    row = ad.item_row(ad.AgentItem("slack", "user_task_0"))
+    episode = episode_for(row, max_turns=2)
+    feedback = episode.step("<tool_call>[{oops</tool_call>")
+    assert feedback and feedback[0]["content"].startswith("Error: could not parse")
+    assert not episode.done
+    assert episode.step('<tool_call>[{"name": "get_channels", "arguments": {}}]</tool_call> ok') == []
+    assert episode.done and episode.final == "ok" and len(episode.trace) == 0  # the last turn's calls don't run
+    assert isinstance(episode, Episode)
+
+
+@pytest.mark.slow
+def test_tiny_training_run_on_agentdojo_writes_run_files(tmp_path):
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import run_train
+
+    from .conftest import tiny_config
+
+    task = {
+        "name": "agentdojo",
+        "size": 4,
+        "eval_size": 2,
+        "options": {"suites": ["banking"], "system_prompt": "Call tools as <tool_call>[...]</tool_call>.",
+                    "max_turns": 2, "max_turn_tokens": 16, "max_tool_chars": 100},
+    }
+    config = validate_config(tiny_config(
+        task=task, rewards={"suite": "agent", "options": {"workers": 2}}, max_steps=2, save_steps=2,
+        trainer={"max_completion_length": 48, "num_generations": 2, "per_device_train_batch_size": 4},
+    ))
+    result = run_train(config, out=tmp_path / "run", quiet=True)
+    assert result.steps == 2
+    for name in ("config.yaml", "metrics.jsonl", "diagnostics.jsonl", "report.md"):
+        assert (result.run_dir / name).is_file(), name
+    record = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("mrgrpo/rewards/utility", "mrgrpo/rewards/security", "mrgrpo/rewards/format", "agent/turns"):
+        assert key in record, key

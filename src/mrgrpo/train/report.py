@@ -134,11 +134,12 @@ def _plot_correlation(path: Path, start: Any, end: Any, names: list[str]) -> boo
 
     if start is None and end is None:
         return False
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.2))
+    image = None
     for ax, matrix, title in ((axes[0], start, "start"), (axes[1], end, "end")):
         ax.set_title(f"in-group correlation ({title})")
         ax.set_xticks(range(len(names)), names, rotation=30)
-        ax.set_yticks(range(len(names)), names)
+        ax.set_yticks(range(len(names)), names if ax is axes[0] else [""] * len(names))
         if matrix is None:
             continue
         data = [[float("nan") if v is None else v for v in row] for row in matrix]
@@ -146,7 +147,8 @@ def _plot_correlation(path: Path, start: Any, end: Any, names: list[str]) -> boo
         for i, row in enumerate(data):
             for j, value in enumerate(row):
                 ax.text(j, i, "–" if math.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8)
-    fig.colorbar(image, ax=axes, shrink=0.8)
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.8)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
