@@ -73,3 +73,16 @@ def test_experiment_section_is_validated(tmp_path):
         load_compare_config(CONFIG, ["trainer.not_a_field=1"])
     with pytest.raises(Exception, match="warm_strat"):
         load_compare_config(CONFIG, ["experiment.warm_strat=1"])
+
+
+def test_estimator_variants_with_options():
+    from mrgrpo.experiments.compare import estimator_spec, parse_estimators
+
+    labels = parse_estimators("grpo, corr_grpo(shrinkage=auto;pooling=batch),corr_grpo(min_corr_sum=0.5)")
+    assert labels == ["grpo", "corr_grpo(shrinkage=auto;pooling=batch)", "corr_grpo(min_corr_sum=0.5)"]
+    assert estimator_spec(labels[1]) == ("corr_grpo", {"shrinkage": "auto", "pooling": "batch"})
+    assert estimator_spec(labels[2]) == ("corr_grpo", {"min_corr_sum": 0.5})
+    with pytest.raises(ValueError, match="no option"):
+        estimator_spec("grpo(shrinkage=auto)")
+    with pytest.raises(ValueError, match="unknown estimator"):
+        estimator_spec("nope")

@@ -10,7 +10,7 @@ import typer
 
 def compare_command(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="train config YAML (+ optional `experiment` section)")] = None,
-    estimators: Annotated[str, typer.Option("--estimators", "-e", help="comma-separated estimator names")] = "grpo,gdpo,sa_mrpo,corr_grpo",
+    estimators: Annotated[str, typer.Option("--estimators", "-e", help="comma-separated names; options in parentheses, ';'-separated: corr_grpo(shrinkage=auto;pooling=batch)")] = "grpo,gdpo,sa_mrpo,corr_grpo",
     seeds: Annotated[int, typer.Option("--seeds", "-n", min=1, help="number of seeds (0..N-1)")] = 5,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output directory (default runs/compare-<config name>)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="runs in parallel (one CPU thread each when > 1)")] = 1,
@@ -21,7 +21,9 @@ def compare_command(
     from mrgrpo.experiments.compare import run_compare
     from mrgrpo.train.config import ConfigError
 
-    names = [e.strip() for e in estimators.split(",") if e.strip()]
+    from mrgrpo.experiments.compare import parse_estimators
+
+    names = parse_estimators(estimators)
     out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
         run_compare(config, names, list(range(seeds)), out, jobs=jobs, overrides=list(set_ or []), log=typer.echo)

@@ -95,8 +95,48 @@ def load_compare_config(path: str | Path | None, overrides: list[str] | None = N
     return data, experiment
 
 
+def parse_estimators(text: str) -> list[str]:
+    """Split ``"grpo,corr_grpo(numerator=standardized;min_corr_sum=0.5)"`` at top-level commas."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += char == "("
+        depth -= char == ")"
+        if char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += char
+    items.append(current.strip())
+    return [item for item in items if item]
+
+
+def estimator_spec(label: str) -> tuple[str, dict[str, Any]]:
+    """``"corr_grpo(shrinkage=auto;pooling=batch)"`` -> ``("corr_grpo", {"shrinkage": "auto", "pooling": "batch"})``.
+    Option values are YAML (numbers, strings, null); options are separated by ``;``."""
+    from mrgrpo.estimators import available_estimators, get_estimator
+
+    name, _, rest = label.partition("(")
+    name = name.strip()
+    if name not in available_estimators():
+        raise ValueError(f"unknown estimator {name!r} in {label!r}; available: {', '.join(available_estimators())}")
+    options: dict[str, Any] = {}
+    if rest:
+        if not rest.endswith(")"):
+            raise ValueError(f"{label!r}: options go in parentheses, e.g. corr_grpo(shrinkage=auto;pooling=batch)")
+        for item in filter(None, (x.strip() for x in rest[:-1].split(";"))):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"{label!r}: option {item!r} must be key=value")
+            options[key.strip()] = yaml.safe_load(value)
+    unknown = sorted(set(options) - set(get_estimator(name).options))
+    if unknown:
+        raise ValueError(f"{label!r}: {name} has no option(s) {unknown}")
+    return name, options
+
+
 def run_dir_of(out: Path, estimator: str, seed: int) -> Path:
-    return out / "runs" / estimator / f"seed{seed}"
+    safe = "".join(c if c.isalnum() or c in "_.=-" else "-" for c in estimator).strip("-")
+    return out / "runs" / safe / f"seed{seed}"
 
 
 def _objectives(names: list[str]) -> list[str]:
@@ -164,7 +204,11 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(run_dir)  # an interrupted run: start it again from scratch
     experiment = ExperimentConfig.model_validate(spec["experiment"])
     data = dict(spec["train"])
-    data.update(estimator=spec["estimator"], seed=spec["seed"])
+    name, options = estimator_spec(spec["estimator"])
+    if name != data.get("estimator"):
+        data["estimator_options"] = {}  # the config's options belong to its own estimator
+    data.update(estimator=name, seed=spec["seed"])
+    data["estimator_options"] = {**data.get("estimator_options", {}), **options}
     if spec.get("warm_dir"):
         warm = testbed.warm_start(validate_config(data), spec["seed"], spec["warm_dir"], **experiment.warm_start.model_dump())
         data["model"] = str(warm)
@@ -235,11 +279,8 @@ def run_compare(
     log: Any = print,
 ) -> dict[str, Any]:
     """Run (or resume) the comparison and write its report; returns the summary."""
-    from mrgrpo.estimators import available_estimators
-
-    unknown = [e for e in estimators if e not in available_estimators()]
-    if unknown:
-        raise ValueError(f"unknown estimator(s) {unknown}; available: {', '.join(available_estimators())}")
+    for label in estimators:
+        estimator_spec(label)
     if len(set(estimators)) != len(estimators) or not estimators:
         raise ValueError("--estimators: give distinct names")
     out = Path(out)
@@ -295,7 +336,7 @@ def _warm_only(spec: dict[str, Any]) -> str:
     from mrgrpo.train.config import validate_config
 
     experiment = ExperimentConfig.model_validate(spec["experiment"])
-    data = {**spec["train"], "estimator": spec["estimator"], "seed": spec["seed"]}
+    data = {**spec["train"], "estimator": "grpo", "estimator_options": {}, "seed": spec["seed"]}
     return str(testbed.warm_start(validate_config(data), spec["seed"], spec["warm_dir"], **experiment.warm_start.model_dump()))
 
 
