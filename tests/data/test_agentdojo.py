@@ -80,6 +80,17 @@ def _strings(value):
             yield from _strings(v)
 
 
+def test_fast_environment_parse_equals_agentdojo():
+    for suite in ad.SUITES:
+        item = ad.items([suite], benign=False)[0]
+        injections = ad.injections_for(item)
+        ours, _ = ad.fresh_environment(item)
+        theirs = ad.task_suite(suite).user_tasks[item.user_task].init_environment(
+            ad.task_suite(suite).load_and_inject_default_environment(injections)
+        )
+        assert ours == theirs, suite
+
+
 def test_execute_call_errors_never_raise():
     item = ad.AgentItem("slack", "user_task_0")
     env, _ = ad.fresh_environment(item)
@@ -121,6 +132,7 @@ def ground_truth_acceptance(suites=ad.SUITES, workers=None) -> dict[str, dict]:
             both_items.append(item)
         user_scores = score_batch(user_jobs, workers)
         both_scores = score_batch(both_jobs, workers)
+        ad._injected_environment.cache_clear()
         report[suite] = {
             "pairs": len(pairs),
             "user_gt_utility_and_security": sum(u and not a for u, a in user_scores),
@@ -149,6 +161,9 @@ def test_ground_truth_replay_all_suites():
     assert report["workspace"]["pairs"] == 560
     # Known quirks (DESIGN.md): workspace injection tasks 6-13 and travel 6 have no ground truth;
     # workspace injection_task_0's check cannot fire for 9 user tasks.
-    assert set(report["workspace"]["injection_tasks_without_gt"]) >= {f"injection_task_{i}" for i in range(6, 14)} - {"injection_task_6"} or True
+    assert report["workspace"]["injection_tasks_without_gt"] == sorted(f"injection_task_{i}" for i in range(6, 14))
+    assert report["travel"]["injection_tasks_without_gt"] == ["injection_task_6"]
+    registered = {suite: (row["attack_registered"], row["pairs_with_injection_gt"]) for suite, row in report.items()}
+    assert registered == {"workspace": (218, 240), "travel": (116, 120), "banking": (144, 144), "slack": (105, 105)}
     invisible = report["workspace"]["attack_not_visible"]
     assert len([p for p in invisible if p.endswith("/injection_task_0")]) == 9, invisible

@@ -159,7 +159,7 @@ class _ScriptedModel:
         return torch.cat([input_ids, new], dim=1)
 
 
-def _fake_trainer(tokenizer, model, rows, max_completion_length=400):
+def _fake_trainer(tokenizer, model, rows, max_completion_length=3000):
     from collections import defaultdict
     from types import SimpleNamespace
 

@@ -192,9 +192,27 @@ def injections_for(item: AgentItem, target_model: str | None = None) -> dict[str
 # ----------------------------------------------------------------------------- environments
 
 
+@lru_cache(maxsize=None)
+def _environment_template(suite: str, version: str) -> tuple[str, dict[str, str]]:
+    from agentdojo.task_suite.task_suite import read_suite_file
+
+    task = task_suite(suite, version)
+    return read_suite_file(task.name, "environment.yaml", task.data_path), task.get_injection_vector_defaults()
+
+
 @lru_cache(maxsize=64)
 def _injected_environment(suite: str, version: str, injections_key: str) -> Any:
-    return task_suite(suite, version).load_and_inject_default_environment(json.loads(injections_key))
+    """``TaskSuite.load_and_inject_default_environment``, parsed with libyaml's safe loader when
+    available (same result, ~13x faster: AgentDojo's pure-Python parse takes ~0.2 s for workspace)."""
+    import yaml
+    from agentdojo.task_suite.task_suite import validate_injections
+
+    text, defaults = _environment_template(suite, version)
+    injections = json.loads(injections_key)
+    validate_injections(injections, defaults)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    data = yaml.load(text.format(**dict(defaults, **injections)), Loader=loader)  # noqa: S506 - a safe loader
+    return task_suite(suite, version).environment_type.model_validate(data)
 
 
 def fresh_environment(item: AgentItem, injections: Mapping[str, str] | None = None) -> tuple[Any, Any]:
