@@ -9,7 +9,9 @@ steering my update?":
   agree, for every pair of estimators (all steps pooled);
 * **rank correlation**: Spearman correlation of two estimators' advantages within a step's
   batch, averaged over steps;
-* **effective weights**: the least-squares coefficients ``β`` of ``A ≈ Σ_k β_k z_k``, where
+* **effective weights**: the least-squares coefficients ``β`` of ``Â ≈ Σ_k β_k z_k``, where ``Â``
+  is the advantage divided by its in-group root mean square (so per-group scales, such as
+  CorrGRPO's amplification of some groups, do not decide the fit) and
   ``z_k`` is component ``k`` standardized within its group (``(r − mean_g)/std_g``, ddof=1; 0 in
   groups where it is constant, NaN as 0), fitted per step and pooled; shown as shares
   ``|β_k| / Σ_l |β_l|`` with the fit's R². A share near 1 means that component alone sets the sign
@@ -89,6 +91,17 @@ def group_standardize(rewards: torch.Tensor, group_ids: list[Any]) -> torch.Tens
     return torch.nan_to_num(z)
 
 
+def group_rms_normalize(advantages: torch.Tensor, group_ids: list[Any]) -> torch.Tensor:
+    """Advantages divided by their in-group root mean square (groups of all zeros stay 0), so
+    per-group scales (CorrGRPO's amplification, GRPO's 1/std) do not decide the fit."""
+    codes: dict[Any, int] = {}
+    index = torch.tensor([codes.setdefault(g, len(codes)) for g in group_ids])
+    squares = torch.zeros(len(codes), dtype=advantages.dtype).index_add_(0, index, advantages**2)
+    counts = torch.zeros(len(codes), dtype=advantages.dtype).index_add_(0, index, torch.ones_like(advantages))
+    rms = (squares / counts).sqrt()[index]
+    return torch.where(rms > 1e-12, advantages / rms.clamp_min(1e-12), torch.zeros_like(advantages))
+
+
 def effective_weights(advantages: torch.Tensor, z: torch.Tensor) -> tuple[list[float], float]:
     """Least-squares ``β`` of ``advantages ≈ z β`` and the fit's R² (no intercept: both are centered per group)."""
     if advantages.abs().sum() == 0:
@@ -150,6 +163,7 @@ def analyze_batches(
         z = group_standardize(rewards, group_ids)
         pooled_z.append(z)
         for name, adv in advantages.items():
+            adv = group_rms_normalize(adv, group_ids)
             pooled_a[name].append(adv)
             beta, fit = effective_weights(adv, z)
             total = sum(abs(b) for b in beta)
@@ -211,7 +225,8 @@ def render_report(report: dict[str, Any], source: str, figures: dict[str, Path |
         "",
         "## Effective weight of each component",
         "",
-        "Least-squares fit of each estimator's advantages on the group-standardized components, all steps pooled: "
+        "Least-squares fit of each estimator's advantages (divided by their in-group RMS) on the group-standardized "
+        "components, all steps pooled: "
         "share |β_k| / Σ|β| (β in parentheses) and R². The component with the largest share steers the update.",
         "",
         "| estimator | " + " | ".join(names) + " | R² |",
