@@ -136,7 +136,7 @@ def run_train(
 
     job_started = time.monotonic() if job_started is None else job_started
     datasets.disable_progress_bars()
-    console = Console(stderr=True, quiet=quiet)
+    console = Console(stderr=True, quiet=quiet, soft_wrap=True)
     checkpoint: Path | None = None
     if resume is not None:
         run_dir = Path(resume)
