@@ -87,8 +87,9 @@ def build_eval_task(
             from mrgrpo.data.humaneval import load_humaneval
         except ImportError as error:
             raise ConfigError(f"--task humaneval needs mrgrpo.data.humaneval and the code suite: {error}") from None
-        dataset = load_humaneval()
-        suite = get_suite("code")
+        dataset = load_humaneval(chat=chat, limit=limit)
+        # efficiency/ast_similarity need reference runs; eval reports what decides pass@k
+        suite = get_suite("code", components=("format", "syntax", "compile", "run", "pass"))
         max_new_tokens = 512
         metric = "pass"
     elif task == "bfcl":
@@ -227,6 +228,8 @@ def run_eval(
     }
     if task == "math":
         result["metrics"]["accuracy"] = scored["components"]["correctness"]
+    if task == "bfcl":
+        result["metrics"]["all_exact"] = scored["components"]["all_exact"]
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2))
