@@ -89,3 +89,21 @@ def test_grpo_config_errors_are_config_errors(tmp_path):
     config = validate_config({"trainer": {"num_generations": 3, "per_device_train_batch_size": 8}})
     with pytest.raises(ConfigError, match="invalid trainer settings"):
         grpo_config(config, tmp_path)
+
+
+def test_cli_reports_config_errors_with_exit_code_2(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from mrgrpo.train.commands import register
+
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+    result = runner.invoke(app, ["train", "--set", "trainer.learing_rate=1", "--set", "foo=2"])
+    assert result.exit_code == 2
+    assert "learning_rate" in result.output and "foo: unknown key" in result.output
+    result = runner.invoke(app, ["train", "--resume", str(tmp_path)])
+    assert result.exit_code == 2 and "no config.yaml" in result.output
+    result = runner.invoke(app, ["train", "--estimator", "nope"])
+    assert result.exit_code == 2 and "unknown estimator 'nope'" in result.output
