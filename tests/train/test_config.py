@@ -8,13 +8,14 @@ import pytest
 import yaml
 
 from mrgrpo.train.config import ConfigError, apply_overrides, load_config, parse_value, validate_config
-from mrgrpo.train.defaults import DEFAULT_CONFIG
+from mrgrpo.train.defaults import DEFAULT_CONFIG, TINY_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_embedded_default_is_the_demo_yaml():
     assert yaml.safe_load((REPO / "configs" / "demo.yaml").read_text()) == DEFAULT_CONFIG
+    assert yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text()) == TINY_CONFIG
     config = load_config(None)
     assert config.model == "smollm2" and config.estimator == "corr_grpo"
     assert config.rewards.suite == "math" and config.task.name == "chain_sum"
