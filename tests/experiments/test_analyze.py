@@ -56,3 +56,17 @@ def test_group_standardize_and_exact_fit():
 def test_missing_source_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no rollouts.jsonl"):
         run_analyze(tmp_path)
+
+
+def test_cli_analyze(tmp_path):
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+
+    path = tmp_path / "rollouts.jsonl"
+    _write_rollouts(path, scale_b=1.0, steps=1)
+    result = CliRunner().invoke(app, ["analyze", str(path), "--estimators", "grpo,gdpo", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "r" / "analysis.md").is_file()
+    bad = CliRunner().invoke(app, ["analyze", str(tmp_path / "missing.jsonl")])
+    assert bad.exit_code == 2
