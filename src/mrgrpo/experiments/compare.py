@@ -68,7 +68,8 @@ class EvalConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
-    """The ``experiment`` section of a compare config."""
+    """The ``experiment`` section of a compare config. ``warm_start`` applies only when the
+    config's ``model`` is the ``tiny`` preset (other models start from their own weights)."""
 
     warm_start: WarmStartConfig | None = None
     eval: EvalConfig = Field(default_factory=EvalConfig)
@@ -175,6 +176,7 @@ def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConf
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
+        # generate() is greedy for one sample: always sample (at least 2) and keep `samples`
         completions = generate(loaded.model, loaded.tokenizer, prompts, max(samples, 2), max_new,
                                batch_size=16, temperature=experiment.eval.temperature)
     completions = [c[:samples] for c in completions]

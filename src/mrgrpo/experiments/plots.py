@@ -106,8 +106,12 @@ def plot_series(path: Path, steps: list[int], series: dict[str, dict[str, list[f
     if not steps or not series:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(series), figsize=(4.0 * len(series), 3.2), squeeze=False)
-    for ax, (panel, lines) in zip(axes[0], series.items()):
+    cols = min(3, len(series))
+    rows = math.ceil(len(series) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax in list(axes.flat)[len(series):]:
+        ax.axis("off")
+    for ax, (panel, lines) in zip(axes.flat, series.items()):
         for label, values in lines.items():
             ax.plot(steps, values, label=label, lw=1.2)
         ax.set_title(panel, fontsize=9)
