@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: setup
-	$(VENV)/bin/mrgrpo demo
+	$(VENV)/bin/mrgrpo train
 
 test: setup
 	$(PY) -m pytest -q
@@ -36,7 +36,7 @@ bench: setup
 
 # Re-pin everything after changing dependencies (review the diff).
 lock:
-	$(PIP) freeze --exclude-editable | grep -v '^mrgrpo' > constraints.txt
+	$(PIP) freeze --exclude-editable | grep -v '^mrgrpo' | sed 's/^torch==.*/torch==2.13.0/' > constraints.txt
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

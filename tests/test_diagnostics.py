@@ -69,3 +69,11 @@ def test_advantage_collapse_counts_distinct_values():
 def test_bad_names_length():
     with pytest.raises(ValueError, match="names"):
         mrgrpo.diagnose([[1.0, 2.0]], [0], names=["only_one"])
+
+
+def test_advantage_collapse_can_be_limited_to_some_estimators():
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [1.0, 1.0]])
+    report = mrgrpo.diagnose(rewards, [0] * 4, estimators=["corr_grpo"])
+    assert list(report["advantage_collapse"]["distinct_advantages"]) == ["corr_grpo"]
+    with pytest.raises(ValueError, match="unknown estimator"):
+        mrgrpo.diagnose(rewards, [0] * 4, estimators=["nope"])

@@ -31,6 +31,7 @@ def diagnose(
     reward_ranges: Any = None,
     names: Sequence[str] | None = None,
     *,
+    estimators: Sequence[str] | None = None,
     eps_grpo: float = 1e-4,
     eps_corr: float = 1e-6,
 ) -> dict[str, Any]:
@@ -56,6 +57,9 @@ def diagnose(
     * ``advantage_collapse``: ``distinct_reward_profiles`` (mean distinct reward rows per group)
       and, per estimator, the mean number of distinct advantage values per group (rounded to
       ``DISTINCT_DECIMALS``). Fewer advantages than profiles = GDPO's "advantage collapse".
+      ``estimators`` limits which estimators are run for it (default: every registered one
+      that needs no options beyond ``reward_ranges``); a trainer passes just its own to keep
+      the per-step cost at one extra estimator call.
 
     NaN entries are mean-imputed in the in-group statistics (centered value 0), as in
     ``corr_grpo``.
@@ -110,7 +114,7 @@ def diagnose(
         "denominator_below_one": _float((corr_scale > 1).to(torch.float64).mean()) if corr_scale.numel() else None,
         "max_amplification": _float(corr_scale.max()) if corr_scale.numel() else None,
     }
-    report["advantage_collapse"] = _advantage_collapse(values, groups, w, ranges)
+    report["advantage_collapse"] = _advantage_collapse(values, groups, w, ranges, estimators)
     return report
 
 
@@ -153,11 +157,13 @@ def _distinct_per_group(keys: Tensor, groups: Groups) -> float:
     return distinct.shape[0] / max(groups.num_groups, 1)
 
 
-def _advantage_collapse(values: Tensor, groups: Groups, weights: Tensor, ranges: Tensor | None) -> dict[str, Any]:
+def _advantage_collapse(
+    values: Tensor, groups: Groups, weights: Tensor, ranges: Tensor | None, estimators: Sequence[str] | None
+) -> dict[str, Any]:
     profiles = torch.where(torch.isnan(values), torch.full_like(values, float("inf")), values)
     out: dict[str, Any] = {"distinct_reward_profiles": _distinct_per_group(profiles, groups), "distinct_advantages": {}}
     scored = ~torch.isnan(values).all(dim=1)
-    for name in available_estimators():
+    for name in available_estimators() if estimators is None else estimators:
         spec = get_estimator(name)
         options = {"reward_ranges": ranges} if "reward_ranges" in spec.options else {}
         if "reward_ranges" in spec.options and ranges is None:

@@ -87,6 +87,13 @@ class TrainConfig(_Strict):
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     estimator: str = "corr_grpo"
     estimator_options: dict[str, Any] = Field(default_factory=dict)
+    correlation_ema: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="corr_grpo/sa_corr_grpo: smooth the batch-pooled correlation across steps with this "
+        "EMA decay (the state is checkpointed and restored on --resume)",
+    )
     max_steps: int = Field(40, gt=0)
     max_wall_seconds: float | None = Field(
         None, gt=0, description="stop (and save) before this many seconds since the job started"
@@ -132,6 +139,10 @@ class TrainConfig(_Strict):
             raise ValueError(
                 f"estimator_options: {self.estimator!r} has no option(s) {unknown}; its options (defaults): {known}"
             )
+        if self.correlation_ema is not None:
+            from mrgrpo.train.trainer import check_correlation_ema
+
+            check_correlation_ema(self.estimator, self.estimator_options)
         return self
 
     def to_yaml(self) -> str:

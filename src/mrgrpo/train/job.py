@@ -185,6 +185,7 @@ def run_train(
         suite=suite,
         estimator=config.estimator,
         estimator_options=config.estimator_options,
+        correlation_ema=config.correlation_ema,
         callbacks=[stop, log_cb, progress, *(extra_callbacks or [])],
     )
     log_cb.trainer = trainer

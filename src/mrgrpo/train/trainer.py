@@ -15,14 +15,16 @@ Logged every step (``mrgrpo/`` prefix, averaged over a logging interval like TRL
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 
 from mrgrpo.diagnostics import diagnose
-from mrgrpo.estimators import compute_advantages, get_estimator
+from mrgrpo.estimators import compute_advantages, corr_grpo_ema, get_estimator
 from mrgrpo.rewards.base import RewardSuite
 
 
@@ -39,6 +41,20 @@ def flatten_scalars(data: Any, prefix: str) -> dict[str, float]:
     return out
 
 
+#: File in each checkpoint directory holding estimator state carried across steps.
+ESTIMATOR_STATE_FILE = "mrgrpo_estimator_state.json"
+EMA_ESTIMATORS = ("corr_grpo", "sa_corr_grpo")
+
+
+def check_correlation_ema(estimator: str, options: dict[str, Any]) -> None:
+    """``correlation_ema`` works with the correlation estimators and supplies their matrix itself."""
+    if estimator not in EMA_ESTIMATORS:
+        raise ValueError(f"correlation_ema needs estimator {' or '.join(EMA_ESTIMATORS)}, not {estimator!r}")
+    clash = sorted({"pooling", "correlation"} & set(options))
+    if clash:
+        raise ValueError(f"correlation_ema sets {clash} itself (pooling='batch' with the smoothed matrix): remove them")
+
+
 class MultiRewardGRPOTrainer(GRPOTrainer):
     """A ``trl.GRPOTrainer`` whose advantages come from a registered mrgrpo estimator.
 
@@ -51,6 +67,10 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         estimator_options: the estimator's keyword options; ``reward_ranges`` defaults to the
             suite's for estimators that take it (``sa_mrpo``).
         diagnostics: run :func:`mrgrpo.diagnose` every step on the main process.
+        correlation_ema: with ``corr_grpo``/``sa_corr_grpo``, smooth the batch-pooled
+            correlation across training steps with this EMA decay
+            (:func:`mrgrpo.corr_grpo_ema`); the state is saved in every checkpoint
+            (``mrgrpo_estimator_state.json``) and restored on resume.
         **kwargs: everything ``trl.GRPOTrainer`` takes (``model``, ``args``, ``train_dataset``,
             ``processing_class``, ``callbacks``, ...).
     """
@@ -62,11 +82,18 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         estimator: str = "grpo",
         estimator_options: dict[str, Any] | None = None,
         diagnostics: bool = True,
+        correlation_ema: float | None = None,
         **kwargs: Any,
     ) -> None:
         spec = get_estimator(estimator)
         options = dict(estimator_options or {})
         spec.check_options(options)
+        if correlation_ema is not None:
+            check_correlation_ema(estimator, options)
+            if not 0 < correlation_ema < 1:
+                raise ValueError(f"correlation_ema must be a decay in (0, 1), got {correlation_ema!r}")
+        self.correlation_ema = correlation_ema
+        self.correlation_state: dict[str, Any] | None = None
         if suite is not None:
             if kwargs.get("reward_funcs") is not None:
                 raise ValueError("pass either suite= or reward_funcs=, not both")
@@ -136,9 +163,34 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
     def advantages_for(self, rewards: torch.Tensor, mode: str = "train") -> torch.Tensor:
         """Advantages ``[B_global]`` of a gathered reward matrix ``[B_global, K]``."""
         group_ids = self.group_ids(rewards.shape[0], mode).to(rewards.device)
-        return compute_advantages(
-            rewards, group_ids, self.estimator, weights=self._weights(rewards), **self.estimator_options
-        )
+        weights = self._weights(rewards)
+        if self.correlation_ema is not None:
+            if mode == "train":  # only training batches move the smoothed estimate
+                advantages, self.correlation_state = corr_grpo_ema(
+                    rewards, group_ids, self.correlation_state, weights, self.correlation_ema,
+                    self.estimator, **self.estimator_options,
+                )
+                return advantages
+            if self.correlation_state is not None:
+                return compute_advantages(
+                    rewards, group_ids, self.estimator, weights, pooling="batch",
+                    correlation=self.correlation_state["correlation"], **self.estimator_options,
+                )
+        return compute_advantages(rewards, group_ids, self.estimator, weights=weights, **self.estimator_options)
+
+    def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202
+        super()._save_checkpoint(model, trial)
+        if self.correlation_state is not None and self.args.should_save:
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            if folder.is_dir():
+                (folder / ESTIMATOR_STATE_FILE).write_text(json.dumps({"correlation_ema": self.correlation_state}))
+
+    def _load_rng_state(self, checkpoint):  # noqa: ANN001, ANN202
+        # Called by Trainer.train when resuming: restore our state from the same checkpoint.
+        super()._load_rng_state(checkpoint)
+        path = Path(checkpoint) / ESTIMATOR_STATE_FILE if checkpoint else None
+        if self.correlation_ema is not None and path is not None and path.is_file():
+            self.correlation_state = json.loads(path.read_text())["correlation_ema"]
 
     def _weights(self, rewards: torch.Tensor) -> torch.Tensor:
         return self.reward_weights.to(device=rewards.device, dtype=torch.float64)
@@ -171,6 +223,7 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
                 weights=self._weights(cpu_values),
                 reward_ranges=self.reward_ranges,
                 names=self.reward_names,
+                estimators=[self.estimator],
             )
             self.last_diagnostics = report
             for key, value in flatten_scalars(report, "mrgrpo/diag").items():
