@@ -21,6 +21,7 @@ RUN_FILES = [
     "grpo_config.json",
     "metrics.jsonl",
     "diagnostics.jsonl",
+    "rollouts.jsonl",
     "report.md",
     "rewards.png",
     "reward_total.png",

@@ -1,7 +1,7 @@
 """``mrgrpo analyze``: replay logged reward batches through every estimator, without training.
 
 For a ``rollouts.jsonl`` (one rollout per line: ``step``, ``group_id``, one field per component;
-written by :class:`~mrgrpo.experiments.rollouts.RolloutLogger`) or a run directory holding one,
+written by :class:`~mrgrpo.train.rollout_log.RolloutLogger`) or a run directory holding one,
 each step's batch is handed to every estimator, and the report answers "which reward is really
 steering my update?":
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from mrgrpo.experiments.rollouts import ROLLOUTS_FILE
+from mrgrpo.train.rollout_log import ROLLOUTS_FILE
 
 
 def _run_suite_info(run_dir: Path) -> tuple[list[str] | None, list[float] | None, list[tuple[float, float]] | None]:

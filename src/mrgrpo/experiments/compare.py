@@ -193,7 +193,6 @@ def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConf
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and evaluate one (estimator, seed) run; writes and returns its ``result.json``."""
     from mrgrpo.experiments import testbed
-    from mrgrpo.experiments.rollouts import RolloutLogger
     from mrgrpo.train.config import validate_config
     from mrgrpo.train.job import build_suite, run_train
     from mrgrpo.train.presets import load_tokenizer
@@ -215,7 +214,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         warm = testbed.warm_start(validate_config(data), spec["seed"], spec["warm_dir"], **experiment.warm_start.model_dump())
         data["model"] = str(warm)
     config = validate_config(data)
-    result = run_train(config, out=run_dir, quiet=spec.get("quiet", True), extra_callbacks=[RolloutLogger(run_dir)])
+    result = run_train(config, out=run_dir, quiet=spec.get("quiet", True))  # logs rollouts.jsonl itself
     suite = build_suite(config, load_tokenizer(config.model))
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     curves = {name: [m.get(f"mrgrpo/rewards/{name}") for m in metrics] for name in suite.names}

@@ -6,6 +6,7 @@ A run directory holds::
     grpo_config.json     the resolved TRL GRPOConfig the trainer ran with
     metrics.jsonl        one JSON line per step (TRL's metrics + mrgrpo/...)
     diagnostics.jsonl    mrgrpo.diagnose of each step's reward batch
+    rollouts.jsonl       each step's reward matrix and group ids (input of `mrgrpo analyze`)
     tensorboard/         TensorBoard events of the same scalars
     checkpoint-N/        model, tokenizer, optimizer, scheduler, RNG and trainer state
     report.md, *.png     written at the end (also after a Ctrl-C or wall-clock stop)
@@ -28,6 +29,7 @@ from typing import Any
 import yaml
 
 from mrgrpo.train.config import ConfigError, TrainConfig, apply_overrides, validate_config
+from mrgrpo.train.rollout_log import RolloutLogger
 
 CONFIG_FILE = "config.yaml"
 
@@ -171,6 +173,7 @@ def run_train(
     stop = StopCallback(config.max_wall_seconds, job_started)
     log_cb = RunLogCallback(run_dir, purge_step=resumed_step + 1 if resumed_step else None)
     progress = ProgressCallback(suite.names, stop, console=console)
+    rollout_log = RolloutLogger(run_dir)  # every step's reward batch, for `mrgrpo analyze`
     trainer_class, task_kwargs = MultiRewardGRPOTrainer, {}
     if config.task.name == "agentdojo":  # multi-turn rollouts: a trainer with a rollout_func
         from mrgrpo.train.agent_rollout import trainer_setup
@@ -186,9 +189,10 @@ def run_train(
         estimator=config.estimator,
         estimator_options=config.estimator_options,
         correlation_ema=config.correlation_ema,
-        callbacks=[stop, log_cb, progress, *(extra_callbacks or [])],
+        callbacks=[stop, log_cb, progress, rollout_log, *(extra_callbacks or [])],
     )
     log_cb.trainer = trainer
+    rollout_log.trainer = trainer
     for callback in extra_callbacks or []:  # callbacks that read the trainer (e.g. RolloutLogger)
         if hasattr(callback, "trainer") and callback.trainer is None:
             callback.trainer = trainer

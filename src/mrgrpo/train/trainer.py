@@ -141,7 +141,7 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         self._gathered_rewards = None
         mode = "train" if self.model.training else "eval"
         if mode == "train":
-            self.last_rewards = rewards.detach()  # read by mrgrpo.experiments.rollouts.RolloutLogger
+            self.last_rewards = rewards.detach()  # read by mrgrpo.train.rollout_log.RolloutLogger
         start = time.perf_counter()
         advantages = self.advantages_for(rewards, mode)
         local = len(inputs)
