@@ -96,11 +96,10 @@ def diagnose(
 
     shares = groups.sum(centered * w * total_centered.unsqueeze(1))  # [num_groups, K]
     shares = shares[varying] / var_total[varying].unsqueeze(1)
-    report["variance_share"] = {
-        name: (_float(shares[:, i].mean()) if shares.shape[0] else None) for i, name in enumerate(names)
-    }
+    mean_shares = shares.mean(dim=0).tolist() if shares.shape[0] else [None] * k
+    report["variance_share"] = {name: _float(value) for name, value in zip(names, mean_shares)}
 
-    counts = groups.sum(torch.ones(n, 1, dtype=torch.float64, device=values.device)).squeeze(1)
+    counts = groups.sizes.to(torch.float64)
     std_total = (var_total / (counts - 1).clamp(min=1)).sqrt()
     corr_sum = correlation_sum(centered * w, groups)
     corr_scale = (1.0 / (corr_sum + eps_corr).sqrt())[varying]
@@ -119,21 +118,28 @@ def diagnose(
 
 
 def _component_stats(values: Tensor, names: list[str], ranges: Tensor | None) -> dict[str, dict[str, Any]]:
+    # All components at once, then one conversion to Python (a step's batch is small: per-call
+    # overhead, not arithmetic, is what costs here).
+    present = ~torch.isnan(values)
+    count = present.sum(dim=0).to(values.dtype)
+    filled = torch.where(present, values, torch.zeros_like(values))
+    mean = filled.sum(dim=0) / count.clamp(min=1)
+    spread = torch.where(present, values - mean, torch.zeros_like(values))
+    std = ((spread * spread).sum(dim=0) / (count - 1).clamp(min=1)).sqrt()
+    if ranges is not None:
+        saturation = ((mean - ranges[:, 0]) / (ranges[:, 1] - ranges[:, 0])).clamp(0.0, 1.0)
+    else:
+        saturation = torch.full_like(mean, float("nan"))
+    scored = count / max(values.shape[0], 1)
+    table = torch.stack([count, mean, std, saturation, scored]).tolist()
     stats = {}
     for i, name in enumerate(names):
-        column = values[:, i]
-        kept = column[~torch.isnan(column)]
-        mean = kept.mean() if kept.numel() else None
-        std = kept.std() if kept.numel() > 1 else None
-        saturation = None
-        if ranges is not None and mean is not None:
-            lo, hi = ranges[i]
-            saturation = _float(((mean - lo) / (hi - lo)).clamp(0.0, 1.0))
+        n_i, mean_i, std_i, sat_i, scored_i = (column[i] for column in table)
         stats[name] = {
-            "mean": _float(mean),
-            "std": _float(std),
-            "scored": _float(kept.numel() / max(column.numel(), 1)),
-            "saturation": saturation,
+            "mean": _float(mean_i) if n_i > 0 else None,
+            "std": _float(std_i) if n_i > 1 else None,
+            "scored": _float(scored_i),
+            "saturation": _float(sat_i) if n_i > 0 else None,
         }
     return stats
 
