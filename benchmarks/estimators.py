@@ -39,6 +39,25 @@ def make_batch(groups: int, size: int, seed: int = 0):
     return rewards, rng
 
 
+def verl_style_group_loop(totals: torch.Tensor, index: list, scale: bool, eps: float = 1e-4) -> torch.Tensor:
+    """The loop verl's reference GRPO runs (``compute_grpo_outcome_advantage``): scores gathered
+    per group id in a dict of tensors, torch mean/std per group, then a pass over rollouts."""
+    id2score: dict = {}
+    for i in range(len(totals)):
+        id2score.setdefault(index[i], []).append(totals[i])
+    id2mean, id2std = {}, {}
+    for idx, scores in id2score.items():
+        stacked = torch.stack(scores)
+        id2mean[idx] = stacked.mean() if len(scores) > 1 else torch.tensor(0.0, dtype=totals.dtype)
+        id2std[idx] = stacked.std() if len(scores) > 1 else torch.tensor(1.0, dtype=totals.dtype)
+    out = totals.clone()
+    for i in range(len(totals)):
+        out[i] = out[i] - id2mean[index[i]]
+        if scale:
+            out[i] = out[i] / (id2std[index[i]] + eps)
+    return out
+
+
 def best_time(fn, repeats: int) -> float:
     fn()  # warm-up
     times = []
@@ -109,6 +128,17 @@ def main() -> None:
             f"{t_loop / t_shuffled:>13.0f}x {t_shuffled / t_fixed:>14.2f}x {t_variable / t_fixed:>13.2f}x"
         )
     print("goals: loop/shuffled >= 50x (vectorized vs per-group loop); shuffled/fixed and varsize/fixed <= 3x")
+
+    # verl's own reference loop (torch ops per rollout and per group) for the single-total estimators.
+    totals = t_shuffled_rewards @ torch.from_numpy(weights)
+    index = shuffled_ids.tolist()
+    print("\nverl-style loop (dict of per-group torch tensors, as verl's compute_grpo_outcome_advantage):")
+    for name, scale in (("grpo", True), ("dr_grpo", False)):
+        start = time.perf_counter()
+        verl_style_group_loop(totals, index, scale)
+        t_verl = time.perf_counter() - start
+        t_fast = best_time(lambda: mrgrpo.compute_advantages(t_shuffled_rewards, t_shuffled_ids, name, weights), args.repeats)
+        print(f"{name:<10} verl-style loop {t_verl:6.2f} s   vectorized (shuffled) {t_fast * 1e3:6.1f} ms   ratio {t_verl / t_fast:6.0f}x")
 
 
 if __name__ == "__main__":

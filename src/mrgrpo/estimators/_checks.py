@@ -57,3 +57,9 @@ def check_reward_ranges(reward_ranges: Any, num_components: int, estimator: str)
             f"{estimator}: reward_ranges need hi > lo; component(s) {bad} have {[ranges[i].tolist() for i in bad]}"
         )
     return ranges
+
+
+def check_gamma(gamma: Any, estimator: str) -> float:
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 <= gamma < float("inf"):
+        raise ValueError(f"{estimator}: gamma must be a finite number >= 0, got {gamma!r}")
+    return float(gamma)

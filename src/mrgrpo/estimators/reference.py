@@ -79,15 +79,20 @@ def gdpo(rewards, group_ids, weights=None, eps=1e-4, ddof=1, batch_norm=True, co
     return _batch_norm(summed, scored, ddof, eps) if batch_norm else np.where(scored, summed, 0.0)
 
 
-def sa_mrpo(rewards, group_ids, weights=None, reward_ranges=None, gamma=0.5, eps=1e-4, ddof=1, batch_norm=True):
-    rewards = np.asarray(rewards, dtype=np.float64)
-    k = rewards.shape[1]
-    weights = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)
-    coefficients = np.zeros(k)
+def _saturation_coefficients(rewards, weights, reward_ranges, gamma) -> np.ndarray:
+    coefficients = np.zeros(len(weights))
     for j, (lo, hi) in enumerate(reward_ranges):
         column = rewards[:, j][~np.isnan(rewards[:, j])]
         s = 0.0 if column.size == 0 else min(max((column.mean() - lo) / (hi - lo), 0.0), 1.0)
         coefficients[j] = weights[j] * (1.0 if gamma == 0 else (1.0 - s) ** gamma)
+    return coefficients
+
+
+def sa_mrpo(rewards, group_ids, weights=None, reward_ranges=None, gamma=0.5, eps=1e-4, ddof=1, batch_norm=True):
+    rewards = np.asarray(rewards, dtype=np.float64)
+    k = rewards.shape[1]
+    weights = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)
+    coefficients = _saturation_coefficients(rewards, weights, reward_ranges, gamma)
     return gdpo(rewards, group_ids, weights, eps, ddof, batch_norm, coefficients)
 
 
@@ -120,11 +125,7 @@ def sa_corr_grpo(rewards, group_ids, weights=None, reward_ranges=None, gamma=0.5
     rewards = np.asarray(rewards, dtype=np.float64)
     k = rewards.shape[1]
     weights = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)
-    coefficients = np.zeros(k)
-    for j, (lo, hi) in enumerate(reward_ranges):
-        column = rewards[:, j][~np.isnan(rewards[:, j])]
-        s = 0.0 if column.size == 0 else min(max((column.mean() - lo) / (hi - lo), 0.0), 1.0)
-        coefficients[j] = weights[j] * (1.0 if gamma == 0 else (1.0 - s) ** gamma)
+    coefficients = _saturation_coefficients(rewards, weights, reward_ranges, gamma)
     return corr_grpo(rewards, group_ids, coefficients, eps)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from mrgrpo.estimators._checks import check_eps, check_reward_ranges
+from mrgrpo.estimators._checks import check_eps, check_gamma, check_reward_ranges
 from mrgrpo.estimators.corr_grpo import check_corr_options, robust_corr_advantages
 from mrgrpo.estimators.groups import Groups
 from mrgrpo.estimators.registry import register_estimator
@@ -46,11 +46,10 @@ def sa_corr_grpo(
         ``[N]`` float64, summing to 0 within every group.
     """
     ranges = check_reward_ranges(reward_ranges, rewards.shape[1], "sa_corr_grpo").to(rewards.device)
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 <= gamma < float("inf"):
-        raise ValueError(f"sa_corr_grpo: gamma must be a finite number >= 0, got {gamma!r}")
+    gamma = check_gamma(gamma, "sa_corr_grpo")
     eps = check_eps(eps, "sa_corr_grpo")
     matrix = check_corr_options(shrinkage, pooling, min_corr_sum, numerator, correlation, rewards.shape[1], "sa_corr_grpo")
-    coefficients = saturation_coefficients(rewards, weights, ranges, float(gamma))
+    coefficients = saturation_coefficients(rewards, weights, ranges, gamma)
     advantages, _ = robust_corr_advantages(
         rewards, groups, coefficients, eps=eps, shrinkage=shrinkage, pooling=pooling,
         min_corr_sum=min_corr_sum, numerator=numerator, correlation=matrix,

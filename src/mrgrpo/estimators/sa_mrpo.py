@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps, check_reward_ranges
+from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps, check_gamma, check_reward_ranges
 from mrgrpo.estimators.gdpo import componentwise_advantages
 from mrgrpo.estimators.groups import Groups, batch_standardize
 from mrgrpo.estimators.registry import register_estimator
@@ -66,12 +66,11 @@ def sa_mrpo(
         ``[N]`` float64.
     """
     ranges = check_reward_ranges(reward_ranges, rewards.shape[1], "sa_mrpo").to(rewards.device)
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma >= 0 or gamma == float("inf"):
-        raise ValueError(f"sa_mrpo: gamma must be a finite number >= 0, got {gamma!r}")
+    gamma = check_gamma(gamma, "sa_mrpo")
     eps = check_eps(eps, "sa_mrpo")
     ddof = check_ddof(ddof, "sa_mrpo")
     check_bool(batch_norm, "batch_norm", "sa_mrpo")
-    coefficients = saturation_coefficients(rewards, weights, ranges, float(gamma))
+    coefficients = saturation_coefficients(rewards, weights, ranges, gamma)
     summed = (componentwise_advantages(rewards, groups, eps, ddof) * coefficients).sum(dim=1)
     if not batch_norm:
         return summed
