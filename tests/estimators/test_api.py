@@ -107,7 +107,12 @@ def test_bad_input_raises_a_value_error_naming_the_problem(kwargs, message):
         mrgrpo.compute_advantages(**kwargs)
 
 
-def test_register_estimator():
+def test_register_estimator(monkeypatch):
+    from mrgrpo.estimators import registry
+
+    # Register into a copy of the registry so the toy estimator does not leak into other tests.
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
     @mrgrpo.register_estimator("test_rank_within_group")
     def rank(rewards, groups, weights, *, scale: float = 1.0):
         """Toy: weighted total minus group mean, times scale."""
