@@ -157,3 +157,15 @@ def test_parse_attack():
     assert asb.parse_attack("dpi+opi:naive") == ("dpi+opi", "naive")
     with pytest.raises(ValueError):
         asb.parse_attack("opi:nope")
+
+
+def test_mrgrpo_eval_task_asb(tmp_path):
+    from mrgrpo.train.config import ConfigError
+    from mrgrpo.train.evaluate import print_table, run_eval
+
+    out = tmp_path / "asb.json"
+    result = run_eval("tiny", "asb", limit=1, max_new_tokens=4, out=out, attack="opi:naive")
+    assert result["task"] == "asb" and result["problems"] == 1 and json.loads(out.read_text())["template"] == "naive"
+    print_table(result)
+    with pytest.raises(ConfigError):
+        run_eval("tiny", "asb", limit=1, attack="opi:nope")

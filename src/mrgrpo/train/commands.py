@@ -56,7 +56,7 @@ def train_command(
 
 def eval_command(
     model: Annotated[str, typer.Option("--model", "-m", help="preset (tiny | smollm2), model path, run dir or checkpoint")],
-    task: Annotated[str, typer.Option("--task", "-t", help="humaneval | math | bfcl | agentdojo")] = "math",
+    task: Annotated[str, typer.Option("--task", "-t", help="humaneval | math | bfcl | agentdojo | asb")] = "math",
     samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="samples per problem (pass@k for k ≤ N)")] = 1,
     limit: Annotated[Optional[int], typer.Option("--limit", help="evaluate only the first N problems")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="generation length")] = None,
@@ -65,11 +65,17 @@ def eval_command(
     ] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write the results as JSON here")] = None,
     attack: Annotated[
-        Optional[str], typer.Option("--attack", help="agentdojo: attack name (default important_instructions_no_names)")
+        Optional[str],
+        typer.Option(
+            "--attack",
+            help="agentdojo: attack name (default important_instructions_no_names); asb: SETTING[:TEMPLATE], "
+            "settings opi | dpi | dpi+opi | none (default opi:context_ignoring)",
+        ),
     ] = None,
 ) -> None:
     """Generate and score: math accuracy, HumanEval pass@k (sandboxed), BFCL all-exact,
-    AgentDojo utility / utility under attack / attack success rate (limit = user tasks per suite)."""
+    AgentDojo utility / utility under attack / attack success rate (limit = user tasks per suite),
+    Agent Security Bench attack success rate (attacker tool called) and utility (limit = cases)."""
     from mrgrpo.train.config import ConfigError
     from mrgrpo.train.evaluate import print_table, run_eval
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from mrgrpo.train.config import ConfigError, TaskConfig
 
-TASKS = ("math", "humaneval", "bfcl", "agentdojo")
+TASKS = ("math", "humaneval", "bfcl", "agentdojo", "asb")
 
 
 @dataclass
@@ -188,7 +188,8 @@ def run_eval(
 ) -> dict[str, Any]:
     """Generate and score; returns (and writes to ``out``) the JSON-ready result.
 
-    ``attack``: the AgentDojo attack for ``task="agentdojo"`` (see :mod:`mrgrpo.train.agent_rollout`)."""
+    ``attack``: the AgentDojo attack for ``task="agentdojo"`` (see :mod:`mrgrpo.train.agent_rollout`);
+    for ``task="asb"`` the injection ``SETTING[:TEMPLATE]`` (see :mod:`mrgrpo.data.asb`)."""
     from mrgrpo.train.presets import load_model
 
     if task not in TASKS:
@@ -199,10 +200,15 @@ def run_eval(
         loaded = load_model(loadable)
     except OSError as error:
         raise ConfigError(f"--model {model}: {error}") from None
-    if task == "agentdojo":
-        from mrgrpo.train.agent_rollout import run_agentdojo_eval
+    if task in ("agentdojo", "asb"):
+        if task == "agentdojo":
+            from mrgrpo.train.agent_rollout import run_agentdojo_eval
 
-        result = run_agentdojo_eval(loaded, model, attack=attack, limit=limit, max_new_tokens=max_new_tokens)
+            result = run_agentdojo_eval(loaded, model, attack=attack, limit=limit, max_new_tokens=max_new_tokens)
+        else:
+            from mrgrpo.data.asb import run_asb_eval
+
+            result = run_asb_eval(loaded, model, attack=attack, limit=limit, max_new_tokens=max_new_tokens)
         result.update(loaded=loadable, seconds=round(time.monotonic() - started, 1))
         if out is not None:
             Path(out).parent.mkdir(parents=True, exist_ok=True)
