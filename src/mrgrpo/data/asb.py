@@ -297,33 +297,19 @@ class ASBEpisode:
     malformed_turns: int = 0
 
     def step(self, text: str) -> Messages:
-        from mrgrpo.rewards.agent import final_output, has_tool_call, parse_turn
+        from mrgrpo.train.agent_rollout import take_turn
 
-        if self.done:
-            raise RuntimeError("the episode is over")
-        self.turns.append(text)
-        self.messages.append({"role": "assistant", "content": text})
-        if not has_tool_call(text) or len(self.turns) >= self.max_turns:
-            self.done = True
-            self.final = final_output(text)
-            return []
-        calls, errors, well_formed = parse_turn(text)
+        feedback, well_formed = take_turn(self, text, self._run_call)
         self.malformed_turns += not well_formed
-        feedback: Messages = [{"role": "tool", "content": f"Error: {e}"} for e in errors]
-        self.tool_errors += len(errors)
-        for name, _args in calls:  # ASB's tools take no arguments: any are ignored
-            result = self.case.tool_result(name)
-            if result is None:
-                self.tool_errors += 1
-                offered = ", ".join(t["function"]["name"] for t in self.case.tools)
-                feedback.append({"role": "tool", "content": f"Error: unknown tool {name!r}; the tools are: {offered}"})
-            else:
-                self.calls.append(name)
-                feedback.append({"role": "tool", "content": f"{name}: {result}"})
-        if not calls and not errors:
-            feedback.append({"role": "tool", "content": "Error: the <tool_call> block holds no calls."})
-        self.messages.extend(feedback)
         return feedback
+
+    def _run_call(self, name: str, _args: Any) -> tuple[str | None, str | None]:
+        result = self.case.tool_result(name)  # ASB's tools take no arguments: any are ignored
+        if result is None:
+            offered = ", ".join(t["function"]["name"] for t in self.case.tools)
+            return None, f"unknown tool {name!r}; the tools are: {offered}"
+        self.calls.append(name)
+        return result, None
 
     @property
     def attack_succeeded(self) -> bool:

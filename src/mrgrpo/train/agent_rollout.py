@@ -38,6 +38,41 @@ DEFAULT_MAX_TURNS = 16  # AgentDojo's pipeline: one LLM call, then up to 15 tool
 DEFAULT_MAX_TOOL_CHARS = 4000
 
 
+def take_turn(
+    episode: Any, text: str, run_call: Callable[[str, Any], tuple[str | None, str | None]]
+) -> tuple[Messages, bool]:
+    """The turn semantics every tool-use episode shares (AgentDojo's, ASB's).
+
+    Appends the policy's ``text`` to ``episode.turns``/``episode.messages``; a turn without a
+    tool call, or the ``episode.max_turns``-th turn, ends the episode (``done``, ``final``).
+    Otherwise each parsed call goes to ``run_call(name, args) -> (result, error)`` and the
+    results (or ``Error: ...`` for parse errors and failed calls, counted in
+    ``episode.tool_errors``) come back as tool messages. Returns ``(feedback, well_formed)``.
+    """
+    if episode.done:
+        raise RuntimeError("the episode is over")
+    episode.turns.append(text)
+    episode.messages.append({"role": "assistant", "content": text})
+    if not has_tool_call(text) or len(episode.turns) >= episode.max_turns:
+        episode.done = True
+        episode.final = final_output(text)
+        return [], True
+    calls, errors, well_formed = parse_turn(text)
+    feedback: Messages = [{"role": "tool", "content": f"Error: {error}"} for error in errors]
+    episode.tool_errors += len(errors)
+    for name, args in calls:
+        result, error = run_call(name, args)
+        if error is not None:
+            episode.tool_errors += 1
+            feedback.append({"role": "tool", "content": f"Error: {error}"})
+        else:
+            feedback.append({"role": "tool", "content": f"{name}: {result}"})
+    if not calls and not errors:
+        feedback.append({"role": "tool", "content": "Error: the <tool_call> block holds no calls."})
+    episode.messages.extend(feedback)
+    return feedback, well_formed
+
+
 @dataclass
 class Episode:
     """The state of one rollout (text level)."""
@@ -59,35 +94,16 @@ class Episode:
 
     def step(self, text: str) -> Messages:
         """Take the policy's turn; returns the tool messages to feed back (``[]`` once done)."""
-        if self.done:
-            raise RuntimeError("the episode is over")
-        self.turns.append(text)
-        self.messages.append({"role": "assistant", "content": text})
-        if not has_tool_call(text) or len(self.turns) >= self.max_turns:
-            self.done = True
-            self.final = final_output(text)
-            return []
-        calls, errors, _ = parse_turn(text)
-        feedback: Messages = []
-        for error in errors:
-            self.tool_errors += 1
-            feedback.append({"role": "tool", "content": f"Error: {error}"})
-        for name, args in calls:
-            result, error, call = execute_call(self.item, self.env, name, args)
-            self.trace.append(call)
-            self.tool_calls += 1
-            if error is not None:
-                self.tool_errors += 1
-                content = f"Error: {error}"
-            else:
-                content = result
-                if self.max_tool_chars is not None and len(content) > self.max_tool_chars:
-                    content = content[: self.max_tool_chars] + "\n[... truncated]"
-            feedback.append({"role": "tool", "content": f"{name}: {content}"})
-        if not calls and not errors:
-            feedback.append({"role": "tool", "content": "Error: the <tool_call> block holds no calls."})
-        self.messages.extend(feedback)
+        feedback, _ = take_turn(self, text, self._run_call)
         return feedback
+
+    def _run_call(self, name: str, args: Any) -> tuple[str | None, str | None]:
+        result, error, call = execute_call(self.item, self.env, name, args)
+        self.trace.append(call)
+        self.tool_calls += 1
+        if error is None and self.max_tool_chars is not None and len(result) > self.max_tool_chars:
+            result = result[: self.max_tool_chars] + "\n[... truncated]"
+        return result, error
 
     def record(self) -> str:
         """The ``agent_trace`` JSON the reward suite scores."""
