@@ -79,17 +79,9 @@ class ExperimentConfig(_Strict):
 def load_compare_config(path: str | Path | None, overrides: list[str] | None = None) -> tuple[dict[str, Any], ExperimentConfig]:
     """``(train config mapping, experiment config)`` of a compare YAML (validated)."""
     from mrgrpo.experiments import testbed  # noqa: F401  (registers the testbed suite)
-    from mrgrpo.train.config import ConfigError, apply_overrides, load_config, validate_config
+    from mrgrpo.train.config import apply_overrides, read_config_mapping, validate_config
 
-    if path is None:
-        data = load_config(None).model_dump(mode="json")
-        source = "embedded default"
-    else:
-        source = str(path)
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
+    data, source = read_config_mapping(path)
     data = apply_overrides(data, overrides or [])
     experiment = ExperimentConfig.model_validate(data.pop("experiment", None) or {})
     validate_config(data, source)  # fail early, before any run starts

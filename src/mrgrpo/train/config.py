@@ -207,24 +207,30 @@ def load_config(
 ) -> TrainConfig:
     """The validated config: ``path`` (YAML; default the embedded demo), then ``--estimator``,
     then ``--set`` overrides. Raises :class:`ConfigError` with one line per problem."""
-    from mrgrpo.train.defaults import DEFAULT_CONFIG
-
-    if path is None:
-        data, source = copy.deepcopy(DEFAULT_CONFIG), "embedded default"
-    else:
-        source = str(path)
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
+    data, source = read_config_mapping(path)
     if estimator is not None:
         data["estimator"] = estimator
     data = apply_overrides(data, overrides or [])
     return validate_config(data, source)
+
+
+def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
+    """The raw mapping of a YAML config file (default: a copy of the embedded demo config) and a
+    name for it in messages. Raises :class:`ConfigError` for a missing file, bad YAML or a
+    non-mapping."""
+    from mrgrpo.train.defaults import DEFAULT_CONFIG
+
+    if path is None:
+        return copy.deepcopy(DEFAULT_CONFIG), "embedded default"
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
+    return data, str(path)
 
 
 def validate_config(data: dict[str, Any], source: str = "config") -> TrainConfig:
