@@ -20,7 +20,10 @@ import socket
 import subprocess
 import threading
 
-_STUB = (
+#: The start of every sandbox interpreter's ``-c`` program: read the marshalled bootstrap from
+#: stdin (10-digit length, then the code) and run it in a fresh namespace ``g``. Callers append
+#: the line that hands control to the bootstrap.
+STUB_PREFIX = (
     "import posix,marshal,sys\n"
     "def _read(n):\n"
     " b=b''\n"
@@ -31,6 +34,8 @@ _STUB = (
     " return b\n"
     "g={'__name__':'__mrgrpo_boot__','__builtins__':__builtins__}\n"
     "exec(marshal.loads(_read(int(_read(10)))),g)\n"
+)
+_STUB = STUB_PREFIX + (
     "posix.close(0); posix.open('/dev/null', posix.O_RDONLY)\n"
     "g['_zygote'](int(sys.argv[1]))\n"
 )

@@ -54,7 +54,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from mrgrpo.rewards._sandbox_cases import build_cases, imported_modules
-from mrgrpo.rewards._sandbox_zygote import Zygote, ZygoteDied
+from mrgrpo.rewards._sandbox_zygote import STUB_PREFIX, Zygote, ZygoteDied
 
 __all__ = ["Job", "Limits", "Result", "Verdict", "run", "run_many"]
 
@@ -154,19 +154,7 @@ class Result:
         return self.cases_passed / self.cases_total if self.cases_total else float(self.passed)
 
 
-_STUB = (
-    "import posix,marshal\n"
-    "def _read(n):\n"
-    " b=b''\n"
-    " while len(b)<n:\n"
-    "  c=posix.read(0,n-len(b))\n"
-    "  if not c: posix._exit(70)\n"
-    "  b+=c\n"
-    " return b\n"
-    "g={'__name__':'__mrgrpo_boot__','__builtins__':__builtins__}\n"
-    "exec(marshal.loads(_read(int(_read(10)))),g)\n"
-    "g['_boot'](_read)\n"
-)
+_STUB = STUB_PREFIX + "g['_boot'](_read)\n"
 _REPORT_FD = 3
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
