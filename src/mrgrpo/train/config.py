@@ -27,6 +27,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from mrgrpo.errors import ConfigError
+
 # GRPOConfig fields mrgrpo sets itself from the top level of the config (one source of truth).
 RESERVED_TRAINER_KEYS = {
     "output_dir": "use `--out DIR` (the run directory)",
@@ -38,10 +40,6 @@ RESERVED_TRAINER_KEYS = {
     "scale_rewards": "advantages come from `estimator` (e.g. `estimator_options: {scale: batch}` for grpo)",
     "resume_from_checkpoint": "use `mrgrpo train --resume RUN_DIR`",
 }
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with a message that names the key and the fix."""
 
 
 class _Strict(BaseModel):

@@ -1,0 +1,39 @@
+"""The error types every layer raises for a user's mistake.
+
+One module, imported by every layer (it imports nothing of mrgrpo's), so the command line can
+turn any of these into a one-line message with exit status 2 and no traceback.
+
+* :class:`UserError`: base class; its message names the problem and the fix.
+* :class:`ConfigError`: a configuration key, option or value is wrong.
+* :class:`InputError`: a file or batch the user handed in (JSONL rows, rewards, datasets) is
+  malformed; the message names the file, the 1-based row and the field.
+* :class:`MissingExtraError`: a feature needs an optional dependency group that is not installed;
+  the message is the ``pip install 'mrgrpo[...]'`` line.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "InputError", "MissingExtraError", "UserError"]
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for: printed as one line, never as a traceback."""
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration problem, with a message that names the key and the fix."""
+
+
+class InputError(UserError, ValueError):
+    """Malformed input data (file, row, field, tensor), with a message that says where and why."""
+
+
+class MissingExtraError(UserError, ImportError):
+    """An optional dependency group is missing; the message names the ``pip install`` line."""
+
+    def __init__(self, feature: str, extra: str, missing: str) -> None:
+        self.feature, self.extra, self.missing = feature, extra, missing
+        super().__init__(
+            f"{feature} needs the '{extra}' extra ({missing} is not installed): "
+            f"pip install 'mrgrpo[{extra}]'"
+        )
