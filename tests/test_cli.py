@@ -59,7 +59,7 @@ def test_diagnose_prints_tables_and_json(tmp_path):
     assert result.exit_code == 0, result.output
     assert "correlation" in result.output
     result = runner.invoke(app, ["diagnose", str(src), "--json"])
-    assert json.loads(result.output)["num_groups"] == 2
+    assert json.loads(result.stdout)["num_groups"] == 2  # the schema line goes to stderr
 
 
 def test_bad_jsonl_and_options_are_clear_errors(tmp_path):

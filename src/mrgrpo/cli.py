@@ -1,9 +1,17 @@
-"""The ``mrgrpo`` command line: ``advantages``, ``diagnose``, ``estimators`` (+ ``train``, ``eval``)."""
+"""The ``mrgrpo`` command line: ``advantages``, ``diagnose``, ``estimators`` (+ ``train``, ``eval``, ...).
+
+Errors: a user's mistake (any :class:`mrgrpo.errors.UserError`, raised by any layer) is printed
+as one line, ``error: <problem and fix>``, on stderr with exit status 2 and no traceback;
+``mrgrpo --debug ...`` (or ``MRGRPO_DEBUG=1``) shows the traceback instead. Ctrl-C exits with
+status 130.
+"""
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -11,12 +19,41 @@ from typing import Any, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 import mrgrpo
+from mrgrpo.errors import InputError, UserError
 from mrgrpo.examples import EXAMPLES
+from mrgrpo.yaml_numbers import load_yaml
+
+
+class _App(TyperGroup):
+    """The top-level group: turns user errors into one line and exit status 2 for every command."""
+
+    def invoke(self, ctx: Any) -> Any:
+        debug = bool(ctx.params.get("debug")) or os.environ.get("MRGRPO_DEBUG", "") not in ("", "0")
+        try:
+            return super().invoke(ctx)
+        except UserError as error:
+            if debug:
+                raise
+            typer.echo(f"error: {_one_line(str(error))}", err=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            if debug:
+                raise
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+
+def _one_line(message: str) -> str:
+    return "; ".join(part.strip() for part in message.splitlines() if part.strip()) or "(no message)"
+
 
 app = typer.Typer(
+    cls=_App,
     help="mrgrpo: multi-reward GRPO advantage estimators, diagnostics and training.",
     no_args_is_help=True,
     add_completion=False,
@@ -24,11 +61,18 @@ app = typer.Typer(
 )
 # Piped output (CI logs, files) gets room for the side-by-side tables.
 console = Console(width=None if sys.stdout.isatty() else 140)
+notes = Console(stderr=True, width=None if sys.stderr.isatty() else 140, highlight=False)
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="show the traceback of an error instead of one line"),
+) -> None:
+    """mrgrpo: multi-reward GRPO advantage estimators, diagnostics and training."""
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code=2)
+    raise UserError(message)
 
 
 def _parse_floats(text: str | None, what: str) -> list[float] | None:
@@ -54,19 +98,42 @@ def _parse_ranges(text: str | None) -> list[tuple[float, float]] | None:
 
 
 def _parse_options(items: list[str]) -> dict[str, Any]:
+    """``-o key=value`` items; values are YAML 1.2 (``eps=1e-5`` is a float, see :mod:`mrgrpo.yaml_numbers`)."""
     options = {}
     for item in items:
         if "=" not in item:
             _fail(f"--option must be key=value, got {item!r}")
         key, value = item.split("=", 1)
-        options[key.strip()] = yaml.safe_load(value)
+        key = key.strip()
+        if not key:
+            _fail(f"--option {item!r}: empty key")
+        if key in options:
+            _fail(f"--option {key} is given twice")
+        try:
+            options[key] = load_yaml(value) if value.strip() else ""
+        except yaml.YAMLError:
+            _fail(f"--option {item!r}: the value is not valid YAML; quote it")
     return options
 
 
 def _estimator_names(text: str) -> list[str]:
-    if text == "all":
+    if text.strip() == "all":
         return mrgrpo.available_estimators()
-    return [name.strip() for name in text.split(",") if name.strip()]
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        _fail(f"--estimator: no estimator named in {text!r}; give names separated by commas, or 'all'")
+    for name in names:
+        mrgrpo.get_estimator(name)  # unknown names: one line listing the available ones
+    return list(dict.fromkeys(names))
+
+
+def _read_batch(file: Path, group_field: str, components: str | None, allow_missing: bool) -> Any:
+    from mrgrpo.rollouts import read_reward_jsonl
+
+    names = components.split(",") if components is not None else None
+    batch = read_reward_jsonl(file, group_field, names, allow_missing=allow_missing)
+    notes.print(escape(f"{file}: {len(batch.group_ids)} rollouts; {batch.schema}"), soft_wrap=True)
+    return batch
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -91,16 +158,28 @@ def estimators() -> None:
     console.print(table)
 
 
+_FILE_HELP = (
+    "JSONL of rollouts, one object per line: the group field plus one value per reward component "
+    "(number, true/false = 1/0, null = not scored)."
+)
+_COMPONENTS_HELP = (
+    "component fields, comma-separated (default: the union of numeric/boolean fields over all lines, "
+    "minus metadata such as step; the schema read is printed)"
+)
+_ALLOW_MISSING_HELP = "read a component missing from a line as not scored (NaN) instead of an error"
+
+
 @app.command()
 def advantages(
-    file: Optional[Path] = typer.Argument(None, help="JSONL of rollouts: group_id plus one numeric field per component."),
+    file: Optional[Path] = typer.Argument(None, help=_FILE_HELP),
     example: Optional[str] = typer.Option(None, "--example", help=f"a worked example: {', '.join(EXAMPLES)}"),
     estimator: str = typer.Option("all", "--estimator", "-e", help="estimator name(s), comma-separated, or 'all'"),
     weights: Optional[str] = typer.Option(None, help="component weights, comma-separated"),
     ranges: Optional[str] = typer.Option(None, help="component ranges lo:hi, comma-separated (sa_mrpo)"),
-    option: list[str] = typer.Option([], "--option", "-o", help="estimator option key=value (repeatable)"),
+    option: list[str] = typer.Option([], "--option", "-o", help="estimator option key=value, e.g. eps=1e-5 (repeatable)"),
     group_field: str = typer.Option("group_id", help="field holding the group id"),
-    components: Optional[str] = typer.Option(None, help="component fields, comma-separated (default: all numeric)"),
+    components: Optional[str] = typer.Option(None, help=_COMPONENTS_HELP),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help=_ALLOW_MISSING_HELP),
     out: Optional[Path] = typer.Option(None, help="write the rollouts with advantages to this JSONL"),
 ) -> None:
     """Compute advantages for a worked example or a JSONL batch, side by side, as a table."""
@@ -109,44 +188,67 @@ def advantages(
         return
     if file is None:
         _fail("give a JSONL file of rollouts or --example NAME")
-    from mrgrpo.rollouts import read_reward_jsonl
-
+    batch = _read_batch(file, group_field, components, allow_missing)
+    w = _parse_floats(weights, "--weights")
+    reward_ranges = _parse_ranges(ranges)
+    options = _parse_options(option)
+    names = _estimator_names(estimator)
+    columns: dict[str, list[float]] = {}
+    skipped = []
     try:
-        batch = read_reward_jsonl(file, group_field, components.split(",") if components else None)
-        w = _parse_floats(weights, "--weights")
-        reward_ranges = _parse_ranges(ranges)
-        options = _parse_options(option)
-        columns = {}
-        for name in _estimator_names(estimator):
+        for name in names:
             spec = mrgrpo.get_estimator(name)
             chosen = {k: v for k, v in options.items() if k in spec.options}
             if "reward_ranges" in spec.options:
                 if reward_ranges is None:
-                    if estimator == "all":
+                    if estimator.strip() == "all":
+                        skipped.append(name)
                         continue
-                    _fail(f"{name} needs --ranges lo:hi per component")
+                    _fail(f"{name} needs --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
                 chosen["reward_ranges"] = reward_ranges
             columns[name] = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, name, w, **chosen).tolist()
-        unused = set(options) - {k for n in columns for k in mrgrpo.get_estimator(n).options}
-        if unused:
-            _fail(f"option(s) {sorted(unused)} belong to none of the estimators {list(columns)}")
     except ValueError as error:
-        _fail(str(error))
-    table = Table(title=f"advantages: {file}")
+        if isinstance(error, UserError):
+            raise
+        raise InputError(str(error)) from None
+    unused = set(options) - {k for n in columns for k in mrgrpo.get_estimator(n).options}
+    if unused:
+        _fail(f"option(s) {sorted(unused)} belong to none of the estimators {list(columns)}")
+    if skipped:
+        notes.print(
+            f"skipped {', '.join(skipped)}: they need each component's range (--ranges lo:hi per component, "
+            f"{len(batch.names)} here)", soft_wrap=True,
+        )
+    if not columns:
+        _fail("no estimator left to run")
+    for key, value in options.items():
+        takers = [n for n in columns if key in mrgrpo.get_estimator(n).options]
+        if len(takers) < len(columns):
+            notes.print(f"option {key}={value!r} applies to {', '.join(takers)} only", soft_wrap=True)
+    rows = []
+    if out is not None:
+        for i, record in enumerate(batch.records):
+            added = {f"advantage_{n}": columns[n][i] for n in columns}
+            clash = sorted(set(added) & set(record))
+            if clash:
+                _fail(f"{file}:{batch.line_numbers[i]}: already has field(s) {clash}; rename them before writing --out")
+            rows.append(json.dumps({**record, **added}))
+    table = Table(title=escape(f"advantages: {file}"))
     table.add_column("group")
     for name in batch.names:
-        table.add_column(name, justify="right")
+        table.add_column(escape(name), justify="right")
     for name in columns:
         table.add_column(name, justify="right", style="bold")
-    for i, group in enumerate(batch.group_ids):
-        row = [str(group)] + [_fmt(float(v)) for v in batch.rewards[i].tolist()]
+    for i, group in enumerate(batch.group_labels):
+        row = [escape(str(group))] + [_fmt(float(v)) for v in batch.rewards[i].tolist()]
         table.add_row(*row, *[_fmt(columns[name][i]) for name in columns])
     console.print(table)
     if out is not None:
-        with out.open("w") as handle:
-            for i, record in enumerate(batch.records):
-                handle.write(json.dumps({**record, **{f"advantage_{n}": columns[n][i] for n in columns}}) + "\n")
-        console.print(f"wrote {out}")
+        try:
+            out.write_text("".join(row + "\n" for row in rows))
+        except OSError as error:
+            _fail(f"cannot write --out {out}: {error.strerror or error}")
+        console.print(escape(f"wrote {out}"))
 
 
 def _show_example(name: str) -> None:
@@ -189,27 +291,38 @@ def _as_float64(rows: Any) -> Any:
 
 @app.command()
 def diagnose(
-    file: Path = typer.Argument(..., help="JSONL of rollouts: group_id plus one numeric field per component."),
+    file: Path = typer.Argument(..., help=_FILE_HELP),
     weights: Optional[str] = typer.Option(None, help="component weights, comma-separated"),
     ranges: Optional[str] = typer.Option(None, help="component ranges lo:hi, comma-separated"),
     group_field: str = typer.Option("group_id", help="field holding the group id"),
-    components: Optional[str] = typer.Option(None, help="component fields, comma-separated (default: all numeric)"),
+    components: Optional[str] = typer.Option(None, help=_COMPONENTS_HELP),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help=_ALLOW_MISSING_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the raw JSON instead of tables"),
 ) -> None:
     """Diagnostics of a reward batch: correlations, variance shares, scales, saturation, collapse."""
-    from mrgrpo.rollouts import read_reward_jsonl
-
+    batch = _read_batch(file, group_field, components, allow_missing)
+    w, reward_ranges = _parse_floats(weights, "--weights"), _parse_ranges(ranges)
     try:
-        batch = read_reward_jsonl(file, group_field, components.split(",") if components else None)
-        report = mrgrpo.diagnose(
-            batch.rewards, batch.group_ids, _parse_floats(weights, "--weights"), _parse_ranges(ranges), batch.names
-        )
+        report = mrgrpo.diagnose(batch.rewards, batch.group_ids, w, reward_ranges, batch.names)
     except ValueError as error:
-        _fail(str(error))
+        if isinstance(error, UserError):
+            raise
+        raise InputError(str(error)) from None
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(_json_safe(report), indent=2, allow_nan=False))
         return
     print_report(report)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf -> null, so that ``--json`` prints strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -225,7 +338,7 @@ def print_report(report: dict[str, Any]) -> None:
     for i, name in enumerate(names):
         stats = report["components"][name]
         table.add_row(
-            name, _fmt(report["weights"][i], 2), _fmt(stats["mean"]), _fmt(stats["std"]), _fmt(stats["scored"], 2),
+            escape(name), _fmt(report["weights"][i], 2), _fmt(stats["mean"]), _fmt(stats["std"]), _fmt(stats["scored"], 2),
             _fmt(stats["saturation"], 3), _fmt(report.get("variance_share", {}).get(name), 3),
         )
     console.print(table)
@@ -233,9 +346,9 @@ def print_report(report: dict[str, Any]) -> None:
         corr = Table(title="mean in-group correlation")
         corr.add_column("")
         for name in names:
-            corr.add_column(name, justify="right")
+            corr.add_column(escape(name), justify="right")
         for name, row in zip(names, report["correlation"]):
-            corr.add_row(name, *[_fmt(v, 3) for v in row])
+            corr.add_row(escape(name), *[_fmt(v, 3) for v in row])
         console.print(corr)
         scale = report["scale"]
         console.print(f"median scale: GRPO {_fmt(scale['grpo'])}, CorrGRPO {_fmt(scale['corr_grpo'])}")

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from mrgrpo.errors import ConfigError
+from mrgrpo.yaml_numbers import load_yaml
 
 # GRPOConfig fields mrgrpo sets itself from the top level of the config (one source of truth).
 RESERVED_TRAINER_KEYS = {
@@ -43,7 +46,9 @@ RESERVED_TRAINER_KEYS = {
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # strict: no guessing between types (`max_steps: true` is not 1, `size: "8"` is not 8);
+    # an int is still accepted where a float is expected. NaN and ±inf are refused.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 class TaskConfig(_Strict):
@@ -100,6 +105,14 @@ class TrainConfig(_Strict):
     seed: int = 0
     trainer: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        from mrgrpo.train.presets import check_model_name
+
+        check_model_name(name)
+        return name
+
     @field_validator("estimator")
     @classmethod
     def _known_estimator(cls, name: str) -> str:
@@ -116,12 +129,16 @@ class TrainConfig(_Strict):
 
         known = {f.name for f in dataclasses.fields(GRPOConfig)}
         problems = []
-        for key in trainer:
+        for key, value in trainer.items():
             if key in RESERVED_TRAINER_KEYS:
                 problems.append(f"trainer.{key} is set by mrgrpo: {RESERVED_TRAINER_KEYS[key]}")
             elif key not in known:
                 close = _close_matches(key, known)
                 problems.append(f"trainer.{key} is not a GRPOConfig field" + (f" (did you mean {close}?)" if close else ""))
+            else:
+                problem = _trainer_type_problem(key, value)
+                if problem:
+                    problems.append(problem)
         if problems:
             raise ValueError("; ".join(problems))
         return trainer
@@ -137,6 +154,7 @@ class TrainConfig(_Strict):
             raise ValueError(
                 f"estimator_options: {self.estimator!r} has no option(s) {unknown}; its options (defaults): {known}"
             )
+        _probe_estimator_options(self.estimator, self.estimator_options)
         if self.correlation_ema is not None:
             from mrgrpo.train.trainer import check_correlation_ema
 
@@ -147,6 +165,73 @@ class TrainConfig(_Strict):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
+def _probe_estimator_options(name: str, options: dict[str, Any]) -> None:
+    """Run the estimator once on a small batch with ``options``, so that a bad option value
+    (``eps: -1``, ``scale: grup``) is reported with the config, before any model loads."""
+    import torch
+
+    from mrgrpo.estimators import compute_advantages, get_estimator
+
+    spec = get_estimator(name)
+    sized = [options.get(key) for key in ("reward_ranges", "correlation") if options.get(key) is not None]
+    k = len(sized[0]) if sized and isinstance(sized[0], (list, tuple)) else 2
+    rewards = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.25, 0.5], [1.0, 1.0], [0.5, 0.0], [0.0, 0.5]], dtype=torch.float64)
+    rewards = rewards[:, [i % 2 for i in range(k)]] if k != 2 else rewards
+    probe = dict(options)
+    if "reward_ranges" in spec.options and probe.get("reward_ranges") is None:
+        probe["reward_ranges"] = [(0.0, 1.0)] * k
+    try:
+        compute_advantages(rewards, [0, 0, 0, 1, 1, 1], name, **probe)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"estimator_options: {error}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _trainer_field_adapter(key: str) -> TypeAdapter | None:
+    import typing
+
+    from trl import GRPOConfig
+
+    try:
+        return TypeAdapter(typing.get_type_hints(GRPOConfig)[key])
+    except Exception:  # noqa: BLE001 - an annotation pydantic cannot express: TRL checks it
+        return None
+
+
+def _trainer_type_problem(key: str, value: Any) -> str | None:
+    """A one-line message when ``trainer.<key>`` has the wrong type for its GRPOConfig field
+    (checked strictly: ``"eight"``, ``"8"`` and ``true`` are not batch sizes), else ``None``."""
+    if isinstance(value, float) and math.isnan(value):
+        return f"trainer.{key} is NaN; give a number"
+    adapter = _trainer_field_adapter(key)
+    if adapter is None:
+        return None
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError:
+        try:
+            adapter.validate_python(value, strict=False)
+        except ValidationError as error:
+            expected = error.errors()[0]["msg"]
+            expected = expected[:1].lower() + expected[1:]
+        else:
+            expected = f"expected {_type_word(adapter)}"
+        hint = ""
+        if isinstance(value, str) and isinstance(load_yaml(value) if value.strip() else None, (int, float)):
+            hint = "; drop the quotes to give a number"
+        return f"trainer.{key}: {expected}, got {value!r} ({type(value).__name__}){hint}"
+    return None
+
+
+def _type_word(adapter: TypeAdapter) -> str:
+    schema = adapter.core_schema
+    while schema.get("type") in ("nullable", "default"):
+        schema = schema["schema"]
+    return {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string"}.get(
+        str(schema.get("type")), "a value of the field's type"
+    )
+
+
 def _close_matches(key: str, known: set[str]) -> str:
     import difflib
 
@@ -154,26 +239,36 @@ def _close_matches(key: str, known: set[str]) -> str:
 
 
 def _format_validation_error(error: ValidationError, source: str) -> str:
-    lines = [f"invalid config ({source}):"]
+    """One line: ``invalid config (SOURCE): key: problem; key: problem``."""
+    problems = []
     for item in error.errors():
         where = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        message = item["msg"]
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
-        message = message.removeprefix("Value error, ")
-        lines.append(f"  {where}: {message}")
-    return "\n".join(lines)
+        elif not item["type"].startswith(("value_error", "assertion_error")):
+            shown = repr(item.get("input"))
+            message += f", got {shown if len(shown) <= 60 else shown[:57] + '...'}"
+        named = where == "(top level)" or message.startswith(f"{where}.")
+        problems.append(message if named else f"{where}: {message}")
+    return f"invalid config ({source}): " + "; ".join(problems)
 
 
 def parse_value(text: str) -> Any:
-    """A ``--set`` value: YAML (numbers, bools, lists, mappings), with ``1e-5``-style floats."""
-    value = yaml.safe_load(text) if text.strip() else ""
-    if isinstance(value, str):
-        try:
-            return float(value) if any(c in value.lower() for c in ".e") else int(value)
-        except ValueError:
-            return value
-    return value
+    """A ``--set`` value: YAML 1.2 (numbers in any notation, ``true``/``false``, ``null``, lists,
+    mappings; see :mod:`mrgrpo.yaml_numbers`); an empty value is the empty string."""
+    if not text.strip():
+        return ""
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--set value {text!r} is not valid YAML ({_yaml_problem(error)}); quote strings with ':' or '#'") from None
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -221,11 +316,16 @@ def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
     if path is None:
         return copy.deepcopy(DEFAULT_CONFIG), "embedded default"
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_yaml(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory; pass a YAML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(error)}") from None
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
     return data, str(path)

