@@ -231,3 +231,36 @@ def test_the_demo_configuration_scores_a_demo_like_rollout(items):
     rows = load_reasoning_gym(DEMO_TASK, n_train=1, n_test=0)["train"].to_dict()
     completion = [{"role": "assistant", "content": f"<answer>{rows['answer'][0]}</answer>"}]
     assert [c([None], [completion], **columns(rows))[0] for c in suite.components] == [1.0, 1.0, 1.0]
+
+
+def test_math_verify_has_a_deadline_on_every_thread():
+    """``9^{9^{9}}`` would make sympy expand a 370-million-digit number: scoring stops at the
+    deadline with 0 on the main thread (SIGALRM) and on other threads (a helper process that is
+    killed and reaped at the deadline, then restarted for the next call)."""
+    import threading
+    import time
+
+    from mrgrpo.rewards.math import _VERIFY_WORKER, math_verify_score
+
+    started = time.monotonic()
+    assert math_verify_score("$9^{9^{9}}$", "3", timeout_s=1) == 0.0
+    assert time.monotonic() - started < 30
+
+    results: dict = {}
+
+    def score_off_main_thread():
+        assert math_verify_score("4", "4") == 1.0  # starts the helper
+        helper = _VERIFY_WORKER._process
+        began = time.monotonic()
+        results["slow"] = math_verify_score("$9^{9^{9}}$", "3", timeout_s=1)
+        results["slow_s"] = time.monotonic() - began
+        results["reaped"] = helper.poll() is not None
+        results["after"] = (math_verify_score("$\\frac{1}{2}$", "0.5"), math_verify_score("5", "4"))
+
+    thread = threading.Thread(target=score_off_main_thread)
+    thread.start()
+    thread.join(180)
+    assert not thread.is_alive()
+    assert results["slow"] == 0.0 and results["slow_s"] < 10 and results["reaped"]
+    assert results["after"] == (1.0, 0.0)
+    _VERIFY_WORKER.close()

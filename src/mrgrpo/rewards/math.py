@@ -34,8 +34,12 @@ Components (all in ``[0, 1]``):
 
 from __future__ import annotations
 
+import atexit
 import json
 import re
+import select
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -153,19 +157,109 @@ def task_score(answer: str | None, task: str, task_config: str, task_entry: str)
         return 0.0
 
 
-def math_verify_score(answer: str | None, reference: str) -> float:
-    """1.0 when ``math-verify`` finds ``answer`` equivalent to ``reference``, else 0.0."""
+MATH_VERIFY_TIMEOUT_S = 5
+
+
+def math_verify_score(answer: str | None, reference: str, timeout_s: int = MATH_VERIFY_TIMEOUT_S) -> float:
+    """1.0 when ``math-verify`` finds ``answer`` equivalent to ``reference``, else 0.0.
+
+    Parsing and comparing each stop after ``timeout_s`` seconds (a policy can write ``9^{9^{9}}``,
+    which sympy would expand for hours); a timeout scores 0. On the main thread this is
+    math-verify's own SIGALRM timeout; SIGALRM cannot be set from other threads (verl reward
+    workers, thread pools), so there the check runs in a helper process that is killed at the
+    deadline (:class:`_VerifyWorker`).
+    """
     if answer is None:
         return 0.0
+    if threading.current_thread() is threading.main_thread():
+        return _math_verify(answer, reference, timeout_s)
+    return _VERIFY_WORKER.score(answer, reference, timeout_s)
+
+
+def _math_verify(answer: str, reference: str, timeout_s: int | None) -> float:
     from math_verify import parse, verify
 
-    # math-verify's timeouts use SIGALRM, which only the main thread may set.
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    gold = parse(reference, parsing_timeout=timeout)
-    pred = parse(answer, parsing_timeout=timeout)
+    gold = parse(reference, parsing_timeout=timeout_s)
+    pred = parse(answer, parsing_timeout=timeout_s)
     if not gold or not pred:
         return 0.0
-    return 1.0 if verify(gold, pred, timeout_seconds=timeout) else 0.0
+    return 1.0 if verify(gold, pred, timeout_seconds=timeout_s) else 0.0
+
+
+def _serve_math_verify() -> None:
+    """The helper process's loop: a JSON ``[answer, reference]`` per stdin line, a score per stdout line."""
+    import math_verify  # noqa: F401 - imported before "ready", so start-up is not charged to a deadline
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        try:
+            answer, reference = json.loads(line)
+            score = _math_verify(str(answer), str(reference), None)
+        except Exception:  # noqa: BLE001 - math-verify failed on the policy's answer: not equivalent
+            score = 0.0
+        print(json.dumps(score), flush=True)
+
+
+class _VerifyWorker:
+    """One helper process (``python -c``, so no ``__main__`` re-import; started on first use,
+    restarted after a timeout) that scores answers for threads other than the main one. Calls
+    are serialized; the process is killed and reaped when a call passes its deadline and when
+    the interpreter exits."""
+
+    START_TIMEOUT_S = 120.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+
+    def score(self, answer: str, reference: str, timeout_s: float) -> float:
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self.close()
+                if not self._start():
+                    return 0.0
+            assert self._process is not None and self._process.stdin is not None
+            try:
+                self._process.stdin.write(json.dumps([answer, reference]) + "\n")
+                self._process.stdin.flush()
+            except OSError:
+                self.close()
+                return 0.0
+            line = self._readline(timeout_s)
+            try:
+                return float(json.loads(line)) if line else self.close()
+            except ValueError:
+                return self.close()
+
+    def _readline(self, timeout_s: float) -> str | None:
+        assert self._process is not None and self._process.stdout is not None
+        ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
+        return self._process.stdout.readline() if ready else None
+
+    def _start(self) -> bool:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", "from mrgrpo.rewards.math import _serve_math_verify; _serve_math_verify()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+        )
+        if (self._readline(self.START_TIMEOUT_S) or "").strip() != "ready":
+            self.close()
+            return False
+        return True
+
+    def close(self) -> float:
+        """Kill and reap the helper (the next call starts a fresh one); returns the score 0.0."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait(timeout=10)
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    stream.close()
+        return 0.0
+
+
+_VERIFY_WORKER = _VerifyWorker()
+atexit.register(_VERIFY_WORKER.close)
 
 
 def _column(columns: dict[str, Any], name: str, n: int) -> list:
