@@ -33,7 +33,7 @@ def programs() -> list[tuple[dict, str]]:
 
 def ours(pairs, workers: int, timeout: float, launcher: bool) -> tuple[list[bool], float]:
     limits = Limits(wall_s=timeout, cpu_s=max(1, int(timeout)))
-    jobs = [Job(p["prompt"] + c, p["test"], "humaneval", p["entry_point"], limits) for p, c in pairs]
+    jobs = [Job(p["prompt"] + c, p["test"], "humaneval", p["entry_point"], limits, context=p["prompt"]) for p, c in pairs]
     start = time.perf_counter()
     results = run_many(jobs, workers=workers, progress=False, launcher=launcher)
     return [r.passed for r in results], time.perf_counter() - start

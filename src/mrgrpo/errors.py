@@ -9,11 +9,13 @@ turn any of these into a one-line message with exit status 2 and no traceback.
   malformed; the message names the file, the 1-based row and the field.
 * :class:`MissingExtraError`: a feature needs an optional dependency group that is not installed;
   the message is the ``pip install 'mrgrpo[...]'`` line.
+* :class:`IsolationError`: ``require_isolation=True`` was asked of the code sandbox where it cannot
+  isolate (not root, or namespaces refused); the message says what it needs.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "InputError", "MissingExtraError", "UserError"]
+__all__ = ["ConfigError", "InputError", "IsolationError", "MissingExtraError", "UserError"]
 
 
 class UserError(Exception):
@@ -37,3 +39,7 @@ class MissingExtraError(UserError, ImportError):
             f"{feature} needs the '{extra}' extra ({missing} is not installed): "
             f"pip install 'mrgrpo[{extra}]'"
         )
+
+
+class IsolationError(UserError, RuntimeError):
+    """The code sandbox was required to isolate generated code and cannot here (says what it needs)."""

@@ -53,7 +53,7 @@ def test_verdicts_of_ordinary_programs(launcher):
     assert (raising.verdict, raising.error_type) == (Verdict.ERROR, "KeyError")
     assert run(job("def add(a, b:\n"), launcher).verdict is Verdict.INVALID
     missing = run(job("def plus(a, b):\n    return a + b\n"), launcher)
-    assert (missing.verdict, missing.error_type) == (Verdict.ERROR, "KeyError")
+    assert (missing.verdict, missing.error_type) == (Verdict.ERROR, "NameError")
 
 
 def test_cases_are_counted_separately_for_pass_rate():

@@ -120,3 +120,36 @@ def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]
     if not isinstance(tests, str):
         tests = "\n".join(str(t) for t in tests)
     return _build(tests, test_format)
+
+
+def free_names(source: str) -> tuple[str, ...]:
+    """Names the code reads but never binds itself (candidates for the program's definitions)."""
+    tree = ast.parse(source)
+    loads: list[str] = []
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loads.append(node.id) if isinstance(node.ctx, ast.Load) else bound.add(node.id))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return tuple(n for n in dict.fromkeys(loads) if n not in bound)
+
+
+def declared_stubs(source: str) -> tuple[str, ...]:
+    """Top-level functions of trusted context code whose body is only a docstring / ``pass`` /
+    ``...``: declarations of what the candidate implements, not definitions the tests may use."""
+    stubs = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                body = body[1:]
+            if all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and s.value.value is Ellipsis) for s in body):
+                stubs.append(node.name)
+    return tuple(stubs)

@@ -3,14 +3,16 @@
 Starting a Python interpreter and importing ``typing`` & co. costs more than most test suites
 take to run. The launcher is one fresh ``python -I -S`` interpreter (started with the same
 scrubbed environment as a direct run, never a fork of the caller) that preloads common
-standard-library modules and then forks one child per run *before* that child receives
-anything: each run starts from the same pristine, secret-free state, and then goes through
-exactly the bootstrap of a direct run (nonce vault, namespaces, uid, rlimits, guards).
+standard-library modules and then forks the two processes of each run (judge, candidate)
+*before* they receive anything: each starts from the same pristine, secret-free state, and
+then goes through exactly the code of a direct run.
 
-Protocol on a Unix socket pair: the caller sends one byte with the four pipe ends of a run
-(stdin, stdout, stderr, report) as SCM_RIGHTS; the launcher replies ``P <pid>`` and, when
-the child exits, ``X <pid> <wait status>``. The caller is root or the same user as the
-children's starting uid, so it kills a run's process group directly.
+Protocol on a Unix socket pair: the caller sends one byte with the nine pipe ends of a run as
+SCM_RIGHTS; the launcher replies ``P <judge pid> <candidate pid>`` and, when each exits,
+``X <pid> <wait status>``. The caller is root or the same user as the processes' starting
+uid, so it kills a run's process groups directly. When the caller's end of the socket closes
+(normal exit, exception, SIGTERM, SIGKILL), the launcher kills every process it started and
+exits; :meth:`Zygote.close` does the same on purpose and reaps the launcher.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import os
 import socket
 import subprocess
 import threading
+from collections.abc import Sequence
 
 #: The start of every sandbox interpreter's ``-c`` program: read the marshalled bootstrap from
-#: stdin (10-digit length, then the code) and run it in a fresh namespace ``g``. Callers append
+#: stdin (10-digit length, then a tuple of code objects) and run it in a fresh namespace ``g``. Callers append
 #: the line that hands control to the bootstrap.
 STUB_PREFIX = (
     "import posix,marshal,sys\n"
@@ -33,7 +36,7 @@ STUB_PREFIX = (
     "  b+=c\n"
     " return b\n"
     "g={'__name__':'__mrgrpo_boot__','__builtins__':__builtins__}\n"
-    "exec(marshal.loads(_read(int(_read(10)))),g)\n"
+    "for _c in marshal.loads(_read(int(_read(10)))): exec(_c,g)\n"
 )
 _STUB = STUB_PREFIX + (
     "posix.close(0); posix.open('/dev/null', posix.O_RDONLY)\n"
@@ -67,7 +70,7 @@ class Zygote:
         self._sock = ours
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._spawned: list[int] = []
+        self._spawned: list[tuple[int, int]] = []
         self._exits: dict[int, int] = {}
         self.alive = True
         threading.Thread(target=self._reader, name="mrgrpo-zygote-reader", daemon=True).start()
@@ -84,8 +87,8 @@ class Zygote:
                 with self._cond:
                     for line in lines:
                         words = line.split()
-                        if len(words) == 2 and words[0] == b"P":
-                            self._spawned.append(int(words[1]))
+                        if len(words) == 3 and words[0] == b"P":
+                            self._spawned.append((int(words[1]), int(words[2])))
                         elif len(words) == 3 and words[0] == b"X":
                             self._exits[int(words[1])] = int(words[2])
                     self._cond.notify_all()
@@ -95,8 +98,12 @@ class Zygote:
             self.alive = False
             self._cond.notify_all()
 
-    def spawn(self, fds: tuple[int, int, int, int], timeout: float = 30.0) -> int:
-        """Start a child on these pipe ends; its pid."""
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def spawn(self, fds: Sequence[int], timeout: float = 30.0) -> tuple[int, int]:
+        """Start a run's judge and candidate on these nine pipe ends; their pids."""
         with self._send_lock:
             with self._cond:
                 if not self.alive:
@@ -122,11 +129,18 @@ class Zygote:
             return os.waitstatus_to_exitcode(self._exits.pop(pid))
 
     def close(self) -> None:
+        """End the launcher and every process it started; reap it."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._sock.close()
         finally:
             try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
+            except OSError:
                 pass

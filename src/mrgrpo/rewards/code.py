@@ -9,7 +9,10 @@ reading these dataset columns (lists, one entry per completion; see ``mrgrpo.dat
 * ``entry_point``: the function under test (``humaneval``);
 * ``code_prefix`` (optional): code the completion continues or relies on (HumanEval's prompt:
   imports, helpers, the signature). A completion that defines ``entry_point`` itself is
-  appended after it (its definition wins); otherwise it is treated as the continuation;
+  appended after it (its definition wins); otherwise it is treated as the continuation. It is
+  dataset code, so it is also the trusted *context* of the tests: helpers the tests call
+  (HumanEval's ``poly``, ``encode_cyclic``) are the judge's own copies, which the completion
+  cannot redefine (see :class:`mrgrpo.rewards.sandbox.Job`);
 * ``reference`` (optional): a correct full program, for ``ast_similarity`` and ``efficiency``.
 
 Components and ranges (all in [0, 1]):
@@ -21,12 +24,15 @@ syntax          the assembled program parses (``ast.parse``)
 compile         it compiles to bytecode (``compile``: also catches e.g. ``return`` outside
                 a function)
 run             it ran without a runtime error: verdict ``passed`` or ``failed``
-pass            all tests passed (a proved pass, see ``mrgrpo.rewards.sandbox``)
+pass            all tests passed, as judged by a process the program cannot reach (see
+                ``mrgrpo.rewards.sandbox``: lying return values, shadowed builtins, exit
+                tricks and patched clocks cannot earn it)
 ast_similarity  ``difflib.SequenceMatcher`` ratio of the pre-order AST node-type sequences of
                 the entry-point function (whole module when absent) and the reference's
-efficiency      ``clip(1 - t_gen / t_ref, 0, 1)`` when passing (0 otherwise), ``t`` the time
-                spent in the tests measured inside the sandbox, the reference timed the same
-                way (``None`` when there is no passing reference)
+efficiency      ``clip(1 - t_gen / t_ref, 0, 1)`` when passing (0 otherwise), ``t`` the wall
+                time of the program's calls made by the tests, measured on the judge's side
+                of the pipe, the reference timed the same way (``None`` when there is no
+                passing reference)
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -170,23 +176,29 @@ def _stdio_tests(test: Any) -> list:
     return list(test)
 
 
-def make_job(program: str, test: Any, test_format: str, entry_point: str | None, limits: Limits) -> Job:
+def make_job(
+    program: str, test: Any, test_format: str, entry_point: str | None, limits: Limits, context: str | None = None
+) -> Job:
+    """The sandbox job of one program; ``context``: the trusted code the tests rely on (``code_prefix``)."""
     fmt = test_format or "humaneval"
     tests = _stdio_tests(test) if fmt == "stdio" else test
-    return Job(program, tests, fmt, entry_point or None, limits)
+    return Job(program, tests, fmt, entry_point or None, limits, context or "")
 
 
 def _job_key(job: Job) -> tuple:
     tests = job.tests if isinstance(job.tests, str) else json.dumps(job.tests, sort_keys=True, default=str)
-    return (job.program, tests, job.test_format, job.entry_point)
+    return (job.program, tests, job.test_format, job.entry_point, job.context)
 
 
 class CodeExecutor:
     """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``."""
 
-    def __init__(self, limits: Limits | None = None, workers: int | None = None, cache_size: int = 8192):
+    def __init__(
+        self, limits: Limits | None = None, workers: int | None = None, cache_size: int = 8192, require_isolation: bool = False
+    ):
         self.limits = limits or Limits()
         self.workers = workers
+        self.require_isolation = require_isolation
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple, Result] = OrderedDict()
         self._lock = threading.Lock()
@@ -200,7 +212,7 @@ class CodeExecutor:
                 if key not in self._cache and key not in todo:
                     todo[key] = job
             if todo:
-                fresh = run_many(list(todo.values()), workers=self.workers)
+                fresh = run_many(list(todo.values()), workers=self.workers, require_isolation=self.require_isolation)
                 self.executions += len(todo)
                 for key, result in zip(todo, fresh):
                     self._cache[key] = result
@@ -244,10 +256,10 @@ class _Batch:
         jobs, where = [], []
         for i, program in enumerate(self.programs):
             if self.test[i] is not None:
-                jobs.append(make_job(program, self.test[i], self.fmt[i], self.entry[i], limits))
+                jobs.append(make_job(program, self.test[i], self.fmt[i], self.entry[i], limits, self.prefix[i]))
                 where.append(("gen", i))
             if with_reference and self.test[i] is not None and self.reference[i]:
-                jobs.append(make_job(self.reference[i], self.test[i], self.fmt[i], self.entry[i], limits))
+                jobs.append(make_job(self.reference[i], self.test[i], self.fmt[i], self.entry[i], limits, self.prefix[i]))
                 where.append(("ref", i))
         got = self.suite.executor.results(jobs)
         gen: list[Result | None] = [None] * len(self.programs)
@@ -352,15 +364,19 @@ def code_suite(
     workers: int | None = None,
     cache_size: int = 8192,
     limits: Limits | None = None,
+    require_isolation: bool = False,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
     Default weights .05/.05/.05/.25/.60/.30/.20 (the paper's). ``components`` may select any
     of the nine components of this module (e.g. add ``pass_rate``); weights then default to
-    the paper's where it has one, else 1.
+    the paper's where it has one, else 1. ``require_isolation``: raise
+    :class:`mrgrpo.errors.IsolationError` rather than run code where the sandbox cannot isolate
+    it (not root); by default it runs with Python-level guards and logs a warning once.
     """
     components = tuple(components)
-    state = CodeRewardState(CodeExecutor(_limits(timeout, memory_mb, limits), workers, cache_size), "efficiency" in components)
+    executor = CodeExecutor(_limits(timeout, memory_mb, limits), workers, cache_size, require_isolation)
+    state = CodeRewardState(executor, "efficiency" in components)
     available = _components(state)
     unknown = [c for c in components if c not in available]
     if unknown:

@@ -1,43 +1,60 @@
-"""A sandbox for untrusted generated code: run a program and its tests in a fresh interpreter.
+"""A sandbox for untrusted generated code whose verdicts the code cannot spoof.
 
-Every run is a new ``python -I -S`` process (never a fork of the caller) started with an
-empty environment (``PATH``, ``LANG`` only), its own session (the whole process group is
-killed on timeout), stdout/stderr captured and capped, and a bootstrap
-(``_sandbox_boot.py``) that, before any untrusted code runs:
+**The guarantee.** A run's verdict, its per-case counts and its timing are computed by a
+*judge* process that no untrusted code ever runs in; the program runs in a separate
+*candidate* process. The judge runs the tests in its own namespace, with its own pristine
+builtins and its own copies of every module the tests import; each call the tests make to
+the program is a request over a pipe, timed on the judge's clock, and what comes back is
+decoded by a restricted decoder into plain data only (``None``, ``bool``, ``int``,
+``float``, ``complex``, ``str``, ``bytes``, ``list``/``tuple``/``dict``/``set``/``frozenset``
+of these; see ``_sandbox_wire``). Every value the tests see therefore has an exact built-in
+type with that type's genuine comparison and arithmetic; anything else the program returns
+(an object, a function, a generator) fails that case with the named reason ``NotPlainData``.
+Only the judge holds the tests, the expected outputs and the pipe on which the verdict goes to
+the caller; the candidate holds no secret and no channel to the caller except its captured
+stdout/stderr. So nothing the program does to its own interpreter (lying ``__eq__`` or
+``__sub__``, shadowing builtins or modules, patching clocks, walking frames, reading its own
+memory, ``sys.exit``/``os._exit``/self-kill at import or call time, writing to any fd) changes
+a verdict: at best it makes its own answers wrong or its process end, which fails the case.
+stdin/stdout cases are compared by the judge too. This holds by construction in every mode;
+what the program can reach *outside* its process is bounded by the isolation below.
 
-* when the caller is root: enters new **network** and **mount** namespaces, mounts a private
-  size-capped tmpfs on ``/tmp`` (the working directory lives there and vanishes with the
-  process), covers the other world-writable directories with read-only empty tmpfs, and drops
-  to a fresh per-run uid, so ``RLIMIT_NPROC = 1`` forbids ``fork`` (and threads) and the
-  caller's files and processes are out of reach. Otherwise a fresh temporary directory of
-  the caller is the working directory (removed afterwards) and the guards below do the work;
-* sets rlimits: CPU time, address space, file size, open files, processes, core dumps;
-* installs an audit hook that refuses process creation, signals, sockets, tracing, gc
-  walking, new audit hooks, rlimit changes, and writes/deletes/renames outside the working
-  directory.
+**Isolation of the candidate** (each run: two processes forked from a pristine ``python -I -S``
+launcher, never from the trainer; or two new interpreters with ``launcher=False``), empty
+environment, its own session, output captured and capped, the whole process group killed on
+timeout, and before any untrusted code runs:
 
-A pass is **proved**, not inferred from the exit code: the bootstrap reports each test case
-and the end of the tests over a private pipe, each line prefixed by a per-run random nonce
-that the program cannot read (see ``_sandbox_boot``). ``sys.exit(0)``/``os._exit(0)`` or a
-self-kill before the tests, overriding ``AssertionError``/``exit``/``check`` or the
-builtins, all end without a proved pass.
+* when the caller is root: new **network** and **mount** namespaces, a fresh root on a private
+  size-capped tmpfs (only the standard library, read-only with ``site-packages`` hidden, three
+  devices, and the working directory; it vanishes with the process) entered with ``chroot``,
+  then a drop to a fresh per-run uid, so ``RLIMIT_NPROC = 1`` forbids ``fork`` (and threads) and
+  the caller's files, datasets and processes are out of reach. The judge and the launcher are
+  non-dumpable (no ``ptrace``, no ``/proc/<pid>/mem``).
+* otherwise (not root, or namespaces refused): a fresh temporary directory of the caller is the
+  working directory (removed afterwards) and only the guards below hold. The sandbox then says
+  so once, loudly, in the log; ``require_isolation=True`` raises :class:`IsolationError` instead.
+* rlimits: CPU time, address space, file size, open files, processes, core dumps;
+* an audit hook that refuses process creation, signals, sockets, tracing, gc walking, new
+  audit hooks, rlimit changes, and writes/deletes/renames outside the working directory.
 
-Verdicts (:class:`Verdict`): ``passed``, ``failed`` (an assertion / wrong answer),
-``error`` (exception, ``error_type`` names it), ``timeout`` (wall or CPU), ``memory``,
-``crashed`` (killed by a signal), ``invalid`` (the program does not compile).
+Verdicts (:class:`Verdict`): ``passed``, ``failed`` (an assertion, a wrong answer, a value
+that is not plain data), ``error`` (exception, ``error_type`` names it; ``EarlyExit`` when the
+program's process ended without answering), ``timeout`` (wall or CPU), ``memory``, ``crashed``
+(killed by a signal), ``invalid`` (the program does not compile).
 
-Limits of the design, stated plainly: the program shares its process with the bootstrap,
-so code that reads raw memory (``ctypes``) could in principle find the nonce; what it can
-reach outside its process is bounded by the OS-level isolation above (full only as root),
-not by the Python-level guards. Results whose ``==`` is always true are not detected.
+Limits of the design, stated plainly: arguments are copies, so tests that check in-place
+mutation of an argument see the original; the candidate's time *between* calls is not
+counted (as root it has no threads to spend it with); tests may use only plain data with the
+program (its functions, and module-level plain values).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import marshal
 import os
 import random
-import secrets
 import selectors
 import shutil
 import signal
@@ -47,16 +64,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 
-from mrgrpo.rewards._sandbox_cases import build_cases, imported_modules
+from mrgrpo.errors import IsolationError
+from mrgrpo.rewards._sandbox_cases import build_cases, declared_stubs, free_names
 from mrgrpo.rewards._sandbox_zygote import STUB_PREFIX, Zygote, ZygoteDied
 
-__all__ = ["Job", "Limits", "Result", "Verdict", "run", "run_many"]
+__all__ = ["IsolationError", "Job", "Limits", "Result", "Verdict", "run", "run_many"]
+
+logger = logging.getLogger(__name__)
 
 
 class Verdict(str, Enum):
@@ -74,15 +94,17 @@ class Limits:
     """Resource limits of one run.
 
     Attributes:
-        wall_s: wall-clock seconds before the process group is killed (verdict ``timeout``).
-        cpu_s: CPU seconds (``RLIMIT_CPU``; SIGXCPU -> ``timeout``).
-        memory_mb: address space (``RLIMIT_AS``); ``MemoryError`` -> ``memory``.
+        wall_s: wall-clock seconds before both processes are killed (verdict ``timeout``).
+        cpu_s: CPU seconds of the candidate (``RLIMIT_CPU``; SIGXCPU -> ``timeout``).
+        memory_mb: the candidate's address space (``RLIMIT_AS``); ``MemoryError`` -> ``memory``.
         file_size_mb: largest file the program may write (``RLIMIT_FSIZE``).
         open_files: ``RLIMIT_NOFILE``.
-        tmpfs_mb: size of the private ``/tmp`` (isolated mode).
+        tmpfs_mb: size of the private filesystem (isolated mode).
         output_bytes: stdout and stderr are each kept up to this many bytes.
         kill_output_bytes: a run writing more than this in total is killed
             (verdict ``error``, ``error_type`` ``OutputLimitExceeded``).
+        reply_bytes: the largest reply (one return value, one stdio case's output) the judge
+            accepts; a larger one fails that case (``ValueTooLarge``) and ends the candidate.
     """
 
     wall_s: float = 10.0
@@ -93,6 +115,7 @@ class Limits:
     tmpfs_mb: int = 64
     output_bytes: int = 64 * 1024
     kill_output_bytes: int = 8 * 1024 * 1024
+    reply_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -100,13 +123,18 @@ class Job:
     """One program and its tests.
 
     Attributes:
-        program: Python source (untrusted).
+        program: Python source (untrusted), run in the candidate process.
         tests: for ``humaneval`` the test module defining ``check(candidate)``; for
             ``assert`` assert statements (a string or a list); for ``stdio`` a sequence of
             ``(stdin, expected_stdout)`` pairs; ignored for ``none`` (program only).
         test_format: ``humaneval`` | ``assert`` | ``stdio`` | ``none``.
         entry_point: the function handed to ``check`` (``humaneval``).
         limits: per-run limits (default :class:`Limits`).
+        context: trusted code the tests rely on (HumanEval's prompt: imports and helpers such
+            as ``poly``), run in the judge before the tests. Functions it only declares (body =
+            docstring / ``pass`` / ``...``) and ``entry_point`` come from the program; every
+            other name the tests use is looked up in the judge first (its builtins, the
+            context, the tests), then among the program's module-level definitions.
     """
 
     program: str
@@ -114,6 +142,7 @@ class Job:
     test_format: str = "none"
     entry_point: str | None = None
     limits: Limits = field(default_factory=Limits)
+    context: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,14 +152,16 @@ class Result:
     Attributes:
         verdict: see :class:`Verdict`.
         error_type: exception type name for ``error``/``failed``/``memory``/``invalid``.
-        cases_passed / cases_total: test cases passed, out of all cases of the job.
-        loaded: the program's top-level code ran without an exception.
-        test_time: seconds spent inside the tests (measured in the child), ``None`` if the
-            tests did not finish.
+        cases_passed / cases_total: test cases passed (judged by the judge), out of all cases.
+        loaded: the program's top-level code ran without an exception (stdio: the first case
+            ran without one).
+        test_time: seconds of wall time of the candidate's calls (each from the judge sending
+            the request to receiving the reply), summed, measured by the judge; ``None`` if
+            the tests did not finish.
         wall_time: seconds from spawn to exit, as seen by the caller.
-        stdout, stderr: captured output, each capped at ``Limits.output_bytes``.
-        returncode: the child's exit status (negative: killed by that signal).
-        isolation: what the child achieved: e.g. ``netns,mountns,uid`` or ``guards``.
+        stdout, stderr: the program's captured output, each capped at ``Limits.output_bytes``.
+        returncode: the candidate's exit status (negative: killed by that signal).
+        isolation: what the candidate achieved: e.g. ``netns,mountns,chroot,uid`` or ``guards``.
     """
 
     verdict: Verdict
@@ -154,15 +185,18 @@ class Result:
         return self.cases_passed / self.cases_total if self.cases_total else float(self.passed)
 
 
-_STUB = STUB_PREFIX + "g['_boot'](_read)\n"
-_REPORT_FD = 3
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+_FAILED_KINDS = ("AssertionError", "WrongAnswer", "NotPlainData")
 
 
 @lru_cache(maxsize=1)
 def _boot_code() -> bytes:
-    source = (Path(__file__).with_name("_sandbox_boot.py")).read_text()
-    return marshal.dumps(compile(source, "<mrgrpo-sandbox-boot>", "exec", dont_inherit=True))
+    here = Path(__file__)
+    codes = tuple(
+        compile(here.with_name(name).read_text(), f"<mrgrpo-sandbox-{name[9:-3]}>", "exec", dont_inherit=True)
+        for name in ("_sandbox_wire.py", "_sandbox_boot.py")
+    )
+    return marshal.dumps(codes)
 
 
 @lru_cache(maxsize=1)
@@ -170,12 +204,7 @@ def _interpreter() -> tuple[str, str]:
     """(real interpreter path, standard library directory) for the child."""
     import sysconfig
 
-    executable = os.path.realpath(sys.executable)
-    return executable, os.path.realpath(sysconfig.get_paths()["stdlib"])
-
-
-def _world_writable_dirs() -> list[str]:
-    return [d for d in ("/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue") if os.path.isdir(d)]
+    return os.path.realpath(sys.executable), os.path.realpath(sysconfig.get_paths()["stdlib"])
 
 
 _uids_lock = threading.Lock()
@@ -191,91 +220,137 @@ def _take_uid() -> int:
                 return uid
 
 
-def _job_payload(job: Job, workdir: str, uid: int) -> tuple[dict, int]:
-    limits = job.limits
-    payload = {
-        "program": job.program,
-        "mode": "none",
-        "tests": "",
-        "n_cases": 0,
-        "stdio_cases": [],
-        "test_modules": (),
-        "entry_point": job.entry_point or "",
-        "workdir": workdir,
-        "isolate": os.geteuid() == 0,
-        "uid": uid,
-        "stdlib": _interpreter()[1],
-        "readonly_dirs": _world_writable_dirs(),
-        "tmpfs_kb": limits.tmpfs_mb * 1024,
-        "cpu_s": max(1, int(limits.cpu_s)),
-        "fsize": limits.file_size_mb << 20,
-        "nofile": limits.open_files,
-        "address_space": limits.memory_mb << 20,
-    }
-    fmt = job.test_format
-    if fmt in ("humaneval", "assert"):
-        source, n_cases = build_cases(job.tests, fmt)
-        payload.update(mode="code", tests=source, n_cases=n_cases, test_modules=_test_modules(source))
-    elif fmt == "stdio":
-        cases = [(str(i), str(o)) for i, o in _stdio_pairs(job.tests)]
-        payload.update(mode="stdio", stdio_cases=cases, n_cases=len(cases))
-    elif fmt != "none":
-        raise ValueError(f"unknown test format {fmt!r}; expected humaneval | assert | stdio | none")
-    return payload, payload["n_cases"]
+@lru_cache(maxsize=4096)
+def _tests_code(tests: str, test_format: str) -> tuple[bytes, int, tuple[str, ...]]:
+    source, n_cases = build_cases(tests, test_format)
+    code = compile(source, "<tests>", "exec", dont_inherit=True)
+    return marshal.dumps(code), n_cases, free_names(source)
 
 
 @lru_cache(maxsize=4096)
-def _test_modules(source: str) -> tuple[str, ...]:
-    return imported_modules(source)
+def _context_code(context: str) -> tuple[bytes, tuple[str, ...]]:
+    code = compile(context, "<context>", "exec", dont_inherit=True)
+    return marshal.dumps(code), declared_stubs(context)
 
 
 def _stdio_pairs(tests: Iterable) -> list[tuple[str, str]]:
     pairs = []
     for case in tests:
         if isinstance(case, dict):
-            pairs.append((case["input"], case["output"]))
+            pairs.append((str(case["input"]), str(case["output"])))
         else:
             stdin, expected = case
-            pairs.append((stdin, expected))
+            pairs.append((str(stdin), str(expected)))
     return pairs
 
 
-def run(job: Job, launcher: bool = True) -> Result:
-    """Run one job in a fresh sandboxed interpreter (blocking).
+def _payloads(job: Job, workdir: str, uid: int, require_isolation: bool) -> tuple[dict, dict, int]:
+    """(judge's job, candidate's job, number of cases). Raises ValueError/SyntaxError for bad tests."""
+    limits = job.limits
+    judge = {
+        "mode": "none", "context": None, "declared": (), "tests": b"", "names": (), "n_cases": 0,
+        "entry_point": job.entry_point or "", "stdio_cases": [], "value_cap": int(limits.reply_bytes),
+    }
+    fmt = job.test_format
+    if fmt in ("humaneval", "assert"):
+        tests = job.tests if isinstance(job.tests, str) else "\n".join(str(t) for t in job.tests)
+        code, n_cases, names = _tests_code(tests, fmt)
+        judge.update(mode="code", tests=code, n_cases=n_cases, names=names)
+        if job.context:
+            judge["context"], judge["declared"] = _context_code(job.context)
+    elif fmt == "stdio":
+        cases = _stdio_pairs(job.tests)
+        judge.update(mode="stdio", stdio_cases=cases, n_cases=len(cases))
+    elif fmt != "none":
+        raise ValueError(f"unknown test format {fmt!r}; expected humaneval | assert | stdio | none")
+    candidate = {
+        "program": job.program,
+        "workdir": workdir,
+        "isolate": os.geteuid() == 0,
+        "require_isolation": require_isolation,
+        "uid": uid,
+        "stdlib": _interpreter()[1],
+        "tmpfs_kb": limits.tmpfs_mb * 1024,
+        "cpu_s": max(1, int(limits.cpu_s)),
+        "fsize": limits.file_size_mb << 20,
+        "nofile": limits.open_files,
+        "address_space": limits.memory_mb << 20,
+    }
+    return judge, candidate, judge["n_cases"]
 
-    ``launcher``: start the child from the pre-started launcher (see ``_sandbox_zygote``;
-    much faster) rather than as a new ``python -I -S`` process (same isolation either way).
+
+def _framed(payload: dict) -> bytes:
+    data = marshal.dumps(payload)
+    return b"%010d" % len(data) + data
+
+
+def run(job: Job, launcher: bool = True, require_isolation: bool = False) -> Result:
+    """Run one job: its judge and its candidate process (blocking).
+
+    ``launcher``: fork both processes from the pre-started launcher (see ``_sandbox_zygote``;
+    much faster) rather than start two new ``python -I -S`` interpreters (same guarantee and
+    isolation either way). ``require_isolation``: raise :class:`IsolationError` instead of
+    running with the Python-level guards only when OS-level isolation is unavailable.
     """
+    if require_isolation and os.geteuid() != 0:
+        raise IsolationError(_ISOLATION_MESSAGE)
     limits = job.limits
     uid = _take_uid()
     workdir = tempfile.mkdtemp(prefix="mrgrpo-sbx-")
     try:
         os.chmod(workdir, 0o700)
         try:
-            payload, n_cases = _job_payload(job, workdir, uid)
+            judge, candidate, n_cases = _payloads(job, workdir, uid, require_isolation)
         except (ValueError, SyntaxError) as error:
             return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
-        nonce = secrets.token_hex(16).encode()
-        job_bytes = marshal.dumps(payload)
-        stdin = nonce + b"%010d" % len(job_bytes) + job_bytes
+        stdins = (_framed(judge), _framed(candidate))
         zygote = _zygote() if launcher else None
+        result = None
         if zygote is not None:
             try:
-                return _run_child(_ZygoteChild(zygote), stdin, nonce, n_cases, limits)
+                result = _run_pair(_ZygotePair(zygote), stdins, n_cases, limits)
             except ZygoteDied:
                 _drop_zygote(zygote)
-        data = _boot_code()
-        return _run_child(_DirectChild(), b"%010d" % len(data) + data + stdin, nonce, n_cases, limits)
+        if result is None:
+            result = _run_pair(_DirectPair(), tuple(b"%010d" % len(_boot_code()) + _boot_code() + s for s in stdins), n_cases, limits)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         with _uids_lock:
             _uids_in_use.discard(uid)
+    if result.error_type == "IsolationUnavailable":
+        raise IsolationError(_ISOLATION_MESSAGE)
+    if result.isolation == "guards":
+        _warn_guards_only()
+    return result
 
+
+_ISOLATION_MESSAGE = (
+    "the sandbox cannot isolate generated code here (it needs root, or a container that allows "
+    "mount/network namespaces and chroot): run as root, or pass require_isolation=False to run "
+    "with Python-level guards only"
+)
+_warned = False
+
+
+def _warn_guards_only() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        logger.warning(
+            "MRGRPO SANDBOX IS NOT ISOLATED: no namespaces, chroot or uid drop are available "
+            "(not root, or refused by this system), so generated code runs with Python-level "
+            "guards only and can reach this user's files and processes. Verdicts stay unspoofable "
+            "(the judge is a separate process). Run as root for full isolation, or pass "
+            "require_isolation=True to refuse to run instead."
+        )
+
+
+# --- launching the two processes ----------------------------------------------------------
 
 _zygote_lock = threading.Lock()
 _zygote_instance: Zygote | None = None
 _zygote_deaths = 0
-_MAX_ZYGOTE_DEATHS = 3  # then every run starts a fresh interpreter instead
+_MAX_ZYGOTE_DEATHS = 3  # then every run starts fresh interpreters instead
 
 
 def _zygote() -> Zygote | None:
@@ -304,36 +379,70 @@ def _drop_zygote(z: Zygote) -> None:
     z.close()
 
 
-class _DirectChild:
-    """A child started as a new interpreter (``python -I -S -c _STUB <report fd>``)."""
+@atexit.register
+def _close_zygote() -> None:
+    """At interpreter exit: end the launcher, and with it every sandbox process, and reap it."""
+    global _zygote_instance
+    with _zygote_lock:
+        z, _zygote_instance = _zygote_instance, None
+    if z is not None and z.owner == os.getpid():
+        z.close()
 
-    def start(self, fds: tuple[int, int, int, int]) -> None:
-        stdin_r, stdout_w, stderr_w, report_w = fds
-        self.proc = subprocess.Popen(
-            [_interpreter()[0], "-I", "-S", "-c", _STUB, str(report_w)],
-            stdin=stdin_r, stdout=stdout_w, stderr=stderr_w, env=_ENV, cwd="/",
-            start_new_session=True, pass_fds=(report_w,),
-        )
-        self.pid = self.proc.pid
 
-    def wait(self, timeout: float | None) -> int | None:
+class _DirectPair:
+    """Judge and candidate started as new interpreters (``python -I -S -c <stub> <fds>``)."""
+
+    def start(self, judge_fds, candidate_fds) -> tuple[int, int]:
+        exe = _interpreter()[0]
+        self.procs = {}
+        j_in, j_report, j_to, j_from = judge_fds
+        c_in, c_out, c_err, c_from, c_to = candidate_fds
+        for role, stdin, stdout, stderr, extra in (
+            ("candidate", c_in, c_out, c_err, (c_from, c_to)),
+            ("judge", j_in, subprocess.DEVNULL, subprocess.DEVNULL, (j_report, j_to, j_from)),
+        ):
+            stub = STUB_PREFIX + f"g['_boot'](_read, {role!r})\n"
+            proc = subprocess.Popen(
+                [exe, "-I", "-S", "-c", stub, *map(str, extra)],
+                stdin=stdin, stdout=stdout, stderr=stderr, env=_ENV, cwd="/",
+                start_new_session=True, pass_fds=extra,
+            )
+            self.procs[proc.pid] = proc
+        judge_pid, candidate_pid = list(self.procs)[1], list(self.procs)[0]
+        return judge_pid, candidate_pid
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
         try:
-            return self.proc.wait(timeout=timeout)
+            return self.procs[pid].wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
 
 
-class _ZygoteChild:
-    """A child forked by the launcher from its pristine state (the report pipe is fd 3)."""
+class _ZygotePair:
+    """Judge and candidate forked by the launcher from its pristine state."""
 
     def __init__(self, zygote: Zygote):
         self.zygote = zygote
 
-    def start(self, fds: tuple[int, int, int, int]) -> None:
-        self.pid = self.zygote.spawn(fds)
+    def start(self, judge_fds, candidate_fds) -> tuple[int, int]:
+        return self.zygote.spawn(tuple(judge_fds) + tuple(candidate_fds))
 
-    def wait(self, timeout: float | None) -> int | None:
-        return self.zygote.wait(self.pid, timeout)
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        return self.zygote.wait(pid, timeout)
+
+
+_live_lock = threading.Lock()
+_live: set[int] = set()  # pids of the judge and candidate processes of runs in progress
+
+
+def _live_pids() -> set[int]:
+    """Sandbox processes started and not yet reaped (and the launcher's pid, if running)."""
+    with _live_lock:
+        pids = set(_live)
+    z = _zygote_instance
+    if z is not None and z.alive:
+        pids.add(z.pid)
+    return pids
 
 
 def _kill(pid: int) -> None:
@@ -344,59 +453,92 @@ def _kill(pid: int) -> None:
             pass
 
 
-def _run_child(child, stdin: bytes, nonce: bytes, n_cases: int, limits: Limits) -> Result:
-    pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, report: (read, write)
-    theirs = (pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1])
-    ours = (pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0])
+def _kill_all_live() -> None:
+    with _live_lock:
+        pids = list(_live)
+    for pid in pids:
+        _kill(pid)
+
+
+def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -> Result:
+    # judge: stdin, report; candidate: stdin, stdout, stderr; judge->candidate, candidate->judge
+    j_in, report, c_in, c_out, c_err, j2c, c2j = (os.pipe() for _ in range(7))
+    judge_fds = (j_in[0], report[1], j2c[1], c2j[0])
+    candidate_fds = (c_in[0], c_out[1], c_err[1], j2c[0], c2j[1])
+    ours = (j_in[1], report[0], c_in[1], c_out[0], c_err[0])
     started = time.monotonic()
+    pids: tuple[int, int] | None = None
     try:
         try:
-            child.start(theirs)
+            with _live_lock:  # register before the pids exist: a cancel kills them
+                pids = pair.start(judge_fds, candidate_fds)
+                _live.update(pids)
         finally:
-            for fd in theirs:
+            for fd in judge_fds + candidate_fds:
                 os.close(fd)
     except BaseException:
         for fd in ours:
             os.close(fd)
         raise
-    owned = set(ours)  # _collect closes stdin early and removes it: never close an fd twice
+    owned = set(ours)  # _collect closes the stdins early and removes them: never close twice
+    got = None
     try:
-        return _collect(child, ours, owned, stdin, nonce, n_cases, limits, started)
+        got = _collect(pids, ours, owned, stdins, limits, started)
     finally:
         for fd in owned:
             os.close(fd)
+        judge_pid, candidate_pid = pids
+        _kill(candidate_pid)  # the judge has spoken (or failed): the candidate's part is over
+        if got is None:
+            _kill(judge_pid)
+        returncode = pair.wait(candidate_pid, 5.0)
+        if pair.wait(judge_pid, 1.0) is None:
+            _kill(judge_pid)
+            pair.wait(judge_pid, 5.0)
+        with _live_lock:
+            _live.difference_update(pids)
+    reports, stdout, stderr, killed_for = got
+    return _verdict(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
 
 
-def _collect(child, fds, owned, stdin, nonce, n_cases, limits, started) -> Result:
-    stdin_fd, out_fd, err_fd, report_fd = fds
+def _collect(pids, fds, owned, stdins, limits, started):
+    """Feed both stdins, gather output and the judge's report until the judge is done (then a
+    short grace for the candidate's last output) or the deadline; kills on timeout/output."""
+    judge_pid, candidate_pid = pids
+    j_in, report_fd, c_in, out_fd, err_fd = fds
     deadline = started + limits.wall_s
+    grace_end = deadline
     selector = selectors.DefaultSelector()
     buffers = {out_fd: bytearray(), err_fd: bytearray(), report_fd: bytearray()}
     for fd in buffers:
         os.set_blocking(fd, False)
         selector.register(fd, selectors.EVENT_READ)
-    os.set_blocking(stdin_fd, False)
-    pending = memoryview(stdin)
-    selector.register(stdin_fd, selectors.EVENT_WRITE)
+    pending = {j_in: memoryview(stdins[0]), c_in: memoryview(stdins[1])}
+    for fd in pending:
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_WRITE)
     open_reads = set(buffers)
     total = 0
     killed_for = None
     try:
         while open_reads:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 killed_for = "timeout"
                 break
-            for key, _ in selector.select(remaining):
+            if report_fd not in open_reads and now >= grace_end:
+                break
+            for key, _ in selector.select(min(deadline, grace_end) - now):
                 fd = key.fd
-                if fd == stdin_fd:
+                if fd in pending:
                     try:
-                        pending = pending[os.write(fd, pending[: 1 << 16]) :]
+                        pending[fd] = pending[fd][os.write(fd, pending[fd][: 1 << 16]) :]
                     except BlockingIOError:
                         continue
                     except BrokenPipeError:
-                        pending = pending[:0]
-                    if not pending:
+                        pending[fd] = pending[fd][:0]
+                    if not pending[fd]:
+                        del pending[fd]
                         selector.unregister(fd)
                         owned.discard(fd)
                         os.close(fd)
@@ -408,12 +550,17 @@ def _collect(child, fds, owned, stdin, nonce, n_cases, limits, started) -> Resul
                 if not chunk:
                     selector.unregister(fd)
                     open_reads.discard(fd)
+                    if fd == report_fd:
+                        grace_end = min(deadline, time.monotonic() + 0.5)
+                    continue
+                keep = buffers[fd]
+                if fd == report_fd:
+                    if len(keep) < (1 << 20):
+                        keep += chunk
                     continue
                 total += len(chunk)
-                keep = buffers[fd]
-                cap = (1 << 20) if fd == report_fd else limits.output_bytes
-                if len(keep) < cap:
-                    keep += chunk[: cap - len(keep)]
+                if len(keep) < limits.output_bytes:
+                    keep += chunk[: limits.output_bytes - len(keep)]
                 if total > limits.kill_output_bytes:
                     killed_for = "output"
                     break
@@ -422,38 +569,21 @@ def _collect(child, fds, owned, stdin, nonce, n_cases, limits, started) -> Resul
     finally:
         selector.close()
     if killed_for:
-        _kill(child.pid)
-    returncode = child.wait(max(0.0, deadline - time.monotonic()) + 1.0)
-    if returncode is None:
-        _kill(child.pid)
-        killed_for = killed_for or "timeout"
-        returncode = child.wait(None)
-    return _verdict(
-        reports=_reports(bytes(buffers[report_fd]), nonce),
-        n_cases=n_cases,
-        returncode=returncode,
-        killed_for=killed_for,
-        wall=time.monotonic() - started,
-        stdout=bytes(buffers[out_fd]).decode("utf-8", "replace"),
-        stderr=bytes(buffers[err_fd]).decode("utf-8", "replace"),
-        cpu_limit=limits.cpu_s,
+        _kill(judge_pid)
+    return (
+        bytes(buffers[report_fd]).decode("ascii", "replace").splitlines(),
+        bytes(buffers[out_fd]).decode("utf-8", "replace"),
+        bytes(buffers[err_fd]).decode("utf-8", "replace"),
+        killed_for,
     )
 
 
-def _reports(data: bytes, nonce: bytes) -> list[list[str]]:
-    """The bootstrap's report lines (those carrying the nonce), split into words."""
-    out = []
-    for line in data.split(b"\n"):
-        at = line.rfind(nonce + b" ")
-        if at >= 0:
-            out.append(line[at + len(nonce) + 1 :].decode("ascii", "replace").split())
-    return out
-
-
-def _verdict(reports, n_cases, returncode, killed_for, wall, stdout, stderr, cpu_limit) -> Result:
+def _verdict(reports, n_cases, returncode, killed_for, wall, stdout, stderr) -> Result:
+    """The judge's report lines (trusted) + the candidate's exit status -> a Result."""
     isolation, loaded, done, error, invalid = "", False, None, None, None
     outcomes: dict[int, str | None] = {}
-    for words in reports:
+    for line in reports:
+        words = line.split()
         if not words:
             continue
         kind = words[0]
@@ -471,46 +601,50 @@ def _verdict(reports, n_cases, returncode, killed_for, wall, stdout, stderr, cpu
                 outcomes[index] = None if words[2] == "ok" else (words[3] if len(words) > 3 else "Exception")
         elif kind == "done" and len(words) == 3 and words[1].isdigit() and words[2].isdigit():
             done = (int(words[1]), int(words[2]) / 1e9)
-    cases_passed = sum(1 for i in range(n_cases) if i in outcomes and outcomes[i] is None)
+    cases_passed = sum(1 for i in range(n_cases) if outcomes.get(i, "missing") is None)
     common = dict(
         cases_passed=cases_passed, cases_total=n_cases, loaded=loaded, wall_time=wall,
         stdout=stdout, stderr=stderr, returncode=returncode, isolation=isolation,
     )
     first_failure = next((outcomes[i] for i in range(n_cases) if outcomes.get(i)), None)
-    memory_hint = "MemoryError" in stderr or "Cannot allocate memory" in stderr
     if invalid is not None:
         return Result(Verdict.INVALID, error_type=invalid, **common)
     if killed_for == "output":
         return Result(Verdict.ERROR, error_type="OutputLimitExceeded", **common)
     if killed_for == "timeout":
         return Result(Verdict.TIMEOUT, error_type="Timeout", **common)
+    if error == "CandidateGone" or (error is None and first_failure == "CandidateGone"):
+        return _candidate_ended(returncode, stderr, common)
     if error is not None:
         verdict = Verdict.MEMORY if error == "MemoryError" else Verdict.ERROR
         return Result(verdict, error_type=error, **common)
-    if done is not None and done[0] == n_cases and len(outcomes) == n_cases:
-        test_time = done[1]
-        if first_failure is None:
-            return Result(Verdict.PASSED, test_time=test_time, **common)
-        if first_failure in ("AssertionError", "WrongAnswer"):
-            return Result(Verdict.FAILED, error_type=first_failure, test_time=test_time, **common)
-        if first_failure == "MemoryError":
-            return Result(Verdict.MEMORY, error_type=first_failure, test_time=test_time, **common)
-        return Result(Verdict.ERROR, error_type=first_failure, test_time=test_time, **common)
+    if done is None or done[0] != n_cases or len(outcomes) != n_cases:
+        return Result(Verdict.ERROR, error_type="JudgeFailed", **common)  # pragma: no cover
+    test_time = done[1]
+    if first_failure is None:
+        return Result(Verdict.PASSED, test_time=test_time, **common)
+    if first_failure in _FAILED_KINDS:
+        return Result(Verdict.FAILED, error_type=first_failure, test_time=test_time, **common)
+    if first_failure == "MemoryError":
+        return Result(Verdict.MEMORY, error_type=first_failure, test_time=test_time, **common)
+    return Result(Verdict.ERROR, error_type=first_failure, test_time=test_time, **common)
+
+
+def _candidate_ended(returncode, stderr, common) -> Result:
+    """The candidate's process ended without answering: its exit status says how."""
+    memory_hint = "MemoryError" in stderr or "Cannot allocate memory" in stderr
     if returncode is not None and returncode < 0:
         sig = -returncode
-        if sig in (signal.SIGXCPU, signal.SIGKILL) and killed_for is None:
+        if sig in (signal.SIGXCPU, signal.SIGKILL):
             return Result(Verdict.TIMEOUT, error_type="CPUTimeExceeded", **common)
         if memory_hint:
             return Result(Verdict.MEMORY, error_type="MemoryError", **common)
         if sig == signal.SIGXFSZ:
             return Result(Verdict.ERROR, error_type="FileSizeExceeded", **common)
-        return Result(Verdict.CRASHED, error_type=signal.Signals(sig).name if sig in signal.valid_signals() else str(sig), **common)
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+        return Result(Verdict.CRASHED, error_type=name, **common)
     if memory_hint:
         return Result(Verdict.MEMORY, error_type="MemoryError", **common)
-    # Exited without the bootstrap's proof that the tests ran: os._exit, a broken report pipe...
-    if first_failure is not None:
-        kind = Verdict.FAILED if first_failure in ("AssertionError", "WrongAnswer") else Verdict.ERROR
-        return Result(kind, error_type=first_failure, **common)
     return Result(Verdict.ERROR, error_type="EarlyExit", **common)
 
 
@@ -527,11 +661,15 @@ def run_many(
     workers: int | None = None,
     progress: bool | None = None,
     launcher: bool = True,
+    require_isolation: bool = False,
 ) -> list[Result]:
     """Run ``jobs`` in parallel (``workers`` at a time, default: one per core); results in order.
 
-    Each job gets its own fresh sandboxed interpreter; one hostile job cannot disturb another
-    or the caller. ``progress``: show a tqdm bar (default: for batches of 64 or more on a TTY).
+    Each job gets its own judge and candidate processes; one hostile job cannot disturb
+    another or the caller. ``progress``: show a tqdm bar (default: for batches of 64 or more on
+    a TTY). If the caller is interrupted (an exception, ``KeyboardInterrupt``, a signal
+    handler raising), queued jobs are dropped and every running job's processes are killed
+    and reaped before the exception propagates.
     """
     jobs = list(jobs)
     if not jobs:
@@ -545,14 +683,26 @@ def run_many(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(jobs), desc="sandbox", unit="prog")
-    with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="mrgrpo-sandbox") as pool:
-        futures = {pool.submit(run, job, launcher): i for i, job in enumerate(jobs)}
-        from concurrent.futures import as_completed
-
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="mrgrpo-sandbox")
+    futures: dict = {}
+    try:
+        futures = {pool.submit(run, job, launcher, require_isolation): i for i, job in enumerate(jobs)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             if bar is not None:
                 bar.update(1)
-    if bar is not None:
-        bar.close()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + 30.0
+        # kill until every running job has noticed and reaped its processes
+        while not all(f.done() for f in futures) and time.monotonic() < deadline:
+            _kill_all_live()
+            time.sleep(0.01)
+        pool.shutdown(wait=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    pool.shutdown(wait=True)
     return results  # type: ignore[return-value]
+
