@@ -159,7 +159,7 @@ def test_ground_truth_replay_all_suites():
     for suite, row in report.items():
         assert row["user_gt_utility_and_security"] == row["pairs"], (suite, row["user_gt_failures"])
     assert report["workspace"]["pairs"] == 560
-    # Known quirks (DESIGN.md): workspace injection tasks 6-13 and travel 6 have no ground truth;
+    # Known quirks of AgentDojo 0.1.35: workspace injection tasks 6-13 and travel 6 have no ground truth;
     # workspace injection_task_0's check cannot fire for 9 user tasks.
     assert report["workspace"]["injection_tasks_without_gt"] == sorted(f"injection_task_{i}" for i in range(6, 14))
     assert report["travel"]["injection_tasks_without_gt"] == ["injection_task_6"]

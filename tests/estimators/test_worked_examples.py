@@ -1,4 +1,4 @@
-"""The papers' worked examples (DESIGN.md), to 4 decimals."""
+"""The papers' worked examples (CorrGRPO Figure 2, SA-MRPO's sign flip), to 4 decimals."""
 
 import pytest
 import torch

@@ -121,7 +121,7 @@ def test_reference_answers_score_1_and_wrong_answers_0_on_every_generated_item(i
 
 
 def test_every_question_of_the_demo_task_is_graded_right():
-    # DESIGN.md's demo config (2 terms, 1 digit) has exactly 200 distinct questions: 1 held-out
+    # The demo config (2 terms, 1 digit) has exactly 200 distinct questions: 1 held-out
     # worked example, 199 in the splits, all of them checked.
     data = load_reasoning_gym(DEMO_TASK, n_train=150, n_test=49, seed=0)
     correctness = get_suite("math").components[0]
@@ -226,7 +226,7 @@ def test_length_if_correct_grants_length_only_to_correct_rollouts():
 
 
 def test_the_demo_configuration_scores_a_demo_like_rollout(items):
-    # DESIGN.md's CPU demo: chain_sum, <answer></answer>, thresholds 24/64.
+    # The CPU demo: chain_sum, <answer></answer>, thresholds 24/64.
     suite = get_suite("math", length_thresholds=(24, 64))
     rows = load_reasoning_gym(DEMO_TASK, n_train=1, n_test=0)["train"].to_dict()
     completion = [{"role": "assistant", "content": f"<answer>{rows['answer'][0]}</answer>"}]

@@ -2,7 +2,7 @@
 
 The system line comes from :func:`mrgrpo.rewards.math.instruction`, so the prompt asks for
 exactly the format the ``math`` reward suite reads. A few-shot example is one user/assistant
-exchange; small base models rarely use the tags without one (DESIGN.md, CPU demo).
+exchange; small base models rarely use the tags without one (measured on the CPU demo).
 """
 
 from __future__ import annotations

