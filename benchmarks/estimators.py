@@ -1,24 +1,38 @@
-"""Estimator throughput: vectorized vs a per-group Python loop, and variable- vs fixed-size groups.
+"""Estimator speed against the peers' own code, measured side by side in one process.
 
-N = 262,144 rollouts (32,768 groups of 8) x K = 7 components, float64, CPU. For every
-estimator it times, in the same run:
+N = 262,144 rollouts (32,768 groups of 8) x K = 7 components, float32 (the dtype TRL and verl
+hand over), 1 torch thread by default, best of ``--repeats``. Peers, timed in the same run on
+the same tensors:
 
-* ``loop``: the per-group oracle in ``mrgrpo.estimators.reference`` (a dict from group id to
-  rows, numpy per group, as verl's reference GRPO does) — the baseline;
-* ``fixed``: ``compute_advantages`` on contiguous groups of 8 (TRL's layout; reshaped to
-  ``[groups, 8, K]`` internally);
-* ``variable``: ``compute_advantages`` on the same rows with shuffled group ids (segment sums
-  over a group index), and on truly variable group sizes (4..12, mean 8).
+* **verl 0.9.1** (the installed package, its own functions): ``compute_grpo_vectorized_outcome_
+  advantage`` (``grpo_vectorized``: scatter-add over the uid index; the weighted sum of the
+  components is included in its time, since verl gets one score per rollout) for grpo and, with
+  ``norm_adv_by_std_in_grpo=False``, dr_grpo; ``compute_grpo_outcome_advantage`` (``grpo``, a
+  per-uid Python loop) and ``compute_gdpo_outcome_advantage`` (``gdpo``, that loop once per
+  component), timed once (they take seconds). verl gets integer group ids as a numpy array,
+  its fastest input (its trainer passes uid strings, which it factorizes with ``np.unique``).
+* **TRL 1.16**: the fixed-shape code of ``GRPOTrainer._generate_and_score_completions``
+  (``view(-1, num_generations)``, ``torch.nanmean``, ``trl.trainer.utils.nanstd``),
+  transcribed below because TRL runs it inline (there is no function to call): the
+  ``sum_then_normalize`` branch for grpo (``scale_rewards="group"``) and dr_grpo (``"none"``,
+  without the std TRL computes only for logging) and ``normalize_then_sum`` for gdpo.
+  TRL's code needs contiguous groups of equal size, the layout its trainer always has.
 
-and prints the ratios: loop / variable (goal ≥ 50×) and variable / fixed (goal ≤ 3×).
+mrgrpo runs ``compute_advantages`` end to end (validation, grouping, estimator, checks) on
+contiguous ids (TRL's layout, detected) and on shuffled ids (verl's layout). Ratios are
+mrgrpo / peer (< 1 = mrgrpo faster). Every mrgrpo result is checked against the float64
+per-group loop oracle of ``mrgrpo.estimators.reference`` (max error relative to the largest
+advantage, goal <= 1e-6), and against the peer's result where both compute the same thing.
 
-    python benchmarks/estimators.py [--groups 32768] [--repeats 5]
+    python benchmarks/estimators.py [--groups 32768] [--size 8] [--repeats 7] [--threads 1]
+        [--device cpu|cuda] [--dtype float32|float64] [--skip-loops]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -28,117 +42,231 @@ from mrgrpo.estimators import reference
 
 K = 7
 RANGES = [(0.0, 1.0)] * 5 + [(0.0, 10.0), (-1.0, 1.0)]
+WEIGHTS = [0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20]
+ESTIMATORS = ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"]
 
 
-def make_batch(groups: int, size: int, seed: int = 0):
+def make_batch(groups: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.random.Generator]:
+    """Three binary components (constant groups happen), four continuous ones of other scales."""
     rng = np.random.default_rng(seed)
     n = groups * size
     rewards = rng.random((n, K))
-    rewards[:, :3] = rng.random((n, 3)) < 0.5  # binary components: constant groups happen
+    rewards[:, :3] = rng.random((n, 3)) < 0.5
     rewards[:, 5] *= 10
+    rewards[:, 6] = 2 * rewards[:, 6] - 1
     return rewards, rng
 
 
-def verl_style_group_loop(totals: torch.Tensor, index: list, scale: bool, eps: float = 1e-4) -> torch.Tensor:
-    """The loop verl's reference GRPO runs (``compute_grpo_outcome_advantage``): scores gathered
-    per group id in a dict of tensors, torch mean/std per group, then a pass over rollouts."""
-    id2score: dict = {}
-    for i in range(len(totals)):
-        id2score.setdefault(index[i], []).append(totals[i])
-    id2mean, id2std = {}, {}
-    for idx, scores in id2score.items():
-        stacked = torch.stack(scores)
-        id2mean[idx] = stacked.mean() if len(scores) > 1 else torch.tensor(0.0, dtype=totals.dtype)
-        id2std[idx] = stacked.std() if len(scores) > 1 else torch.tensor(1.0, dtype=totals.dtype)
-    out = totals.clone()
-    for i in range(len(totals)):
-        out[i] = out[i] - id2mean[index[i]]
-        if scale:
-            out[i] = out[i] / (id2std[index[i]] + eps)
-    return out
+# --- TRL 1.16, GRPOTrainer._generate_and_score_completions (transcribed: it runs inline) -------
 
 
-def best_time(fn, repeats: int) -> float:
+def trl_sum_then_normalize(rewards_per_func: torch.Tensor, weights: torch.Tensor, g: int, scale: str) -> torch.Tensor:
+    from trl.trainer.utils import nanstd
+
+    unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
+    rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    rewards[unscorable_mask] = torch.nan
+    mean_grouped_rewards = torch.nanmean(rewards.view(-1, g), dim=1).repeat_interleave(g, dim=0)
+    advantages = rewards - mean_grouped_rewards
+    if scale == "group":
+        std_rewards = nanstd(rewards.view(-1, g), dim=1).repeat_interleave(g, dim=0)
+        advantages = advantages / (std_rewards + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def trl_normalize_then_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor, g: int) -> torch.Tensor:
+    from trl.trainer.utils import nanstd
+
+    k = rewards_per_func.shape[1]
+    unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
+    grouped = rewards_per_func.view(-1, g, k)
+    mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+    std_k = nanstd(grouped, dim=1, keepdim=True)
+    reward_k = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, k)
+    rewards = (reward_k * weights.unsqueeze(0)).nansum(dim=1)
+    rewards[unscorable_mask] = torch.nan
+    std_rewards = nanstd(rewards).expand_as(rewards)
+    advantages = (rewards - torch.nanmean(rewards)) / (std_rewards + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+# --- verl 0.9.1, verl.trainer.ppo.core_algos (called as installed) --------------------------
+
+
+def verl_peers(rewards: torch.Tensor, weights: torch.Tensor, ids: np.ndarray) -> dict[str, Callable[[], torch.Tensor]]:
+    from verl.trainer.ppo import core_algos
+
+    n = rewards.shape[0]
+    mask = torch.ones(n, 1, dtype=rewards.dtype, device=rewards.device)
+
+    def vectorized(norm: bool) -> torch.Tensor:
+        scores = (rewards @ weights).unsqueeze(1)  # verl's one score per rollout
+        adv, _ = core_algos.compute_grpo_vectorized_outcome_advantage(
+            scores, mask, ids, epsilon=1e-4, norm_adv_by_std_in_grpo=norm
+        )
+        return adv.squeeze(1)
+
+    def loop_grpo() -> torch.Tensor:
+        adv, _ = core_algos.compute_grpo_outcome_advantage((rewards @ weights).unsqueeze(1).cpu(), mask.cpu(), ids, epsilon=1e-4)
+        return adv.squeeze(1)
+
+    def loop_gdpo() -> torch.Tensor:
+        # verl reads the components from non_tensor_batch, placed at the last response token.
+        keys = [f"r{k}" for k in range(rewards.shape[1])]
+        columns = rewards.cpu().numpy()
+        config = {"gdpo_reward_keys": keys, "gdpo_reward_weights": weights.cpu().tolist()}
+        batch = {"prompts": torch.zeros(n, 1), "attention_mask": torch.ones(n, 2, dtype=torch.long)}
+        adv, _ = core_algos.compute_gdpo_outcome_advantage(
+            torch.zeros(n, 1), mask.cpu(), ids, epsilon=1e-4, config=config,
+            non_tensor_batch={key: columns[:, k] for k, key in enumerate(keys)}, batch=batch,
+        )
+        return adv.squeeze(1)
+
+    return {
+        "grpo_vectorized": lambda: vectorized(True),
+        "grpo_vectorized (no std)": lambda: vectorized(False),
+        "grpo (loop)": loop_grpo,
+        "gdpo (loop)": loop_gdpo,
+    }
+
+
+def best_time(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
     fn()  # warm-up
+    sync()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def once(fn: Callable[[], object], sync: Callable[[], None]) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    sync()
+    return time.perf_counter() - start, out
+
+
+def rel_error(ours: torch.Tensor, expected: np.ndarray) -> float:
+    """Max |ours − expected| over max |expected| (both as float64)."""
+    expected_t = torch.from_numpy(np.asarray(expected, dtype=np.float64))
+    diff = (ours.detach().cpu().double() - expected_t).abs().max().item()
+    return diff / max(expected_t.abs().max().item(), 1e-300)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=32768)
     parser.add_argument("--size", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--skip-loops", action="store_true", help="skip verl's per-uid loops (seconds each)")
+    parser.add_argument("--skip-oracle", action="store_true", help="skip the float64 loop oracles (seconds each)")
     args = parser.parse_args()
 
     if args.threads:
-        # On a shared 2-core machine, multi-threaded kernels stall when a thread is descheduled.
         torch.set_num_threads(args.threads)
-    rewards, rng = make_batch(args.groups, args.size)
-    n = len(rewards)
-    fixed_ids = np.repeat(np.arange(args.groups), args.size)
-    shuffled = rng.permutation(n)
-    shuffled_rewards, shuffled_ids = rewards[shuffled], fixed_ids[shuffled]
-    sizes = rng.integers(4, 13, size=args.groups)
-    variable_ids = rng.permutation(np.repeat(np.arange(args.groups), sizes))[:n]
-    if len(variable_ids) < n:
-        variable_ids = np.concatenate([variable_ids, np.full(n - len(variable_ids), args.groups)])
-    weights = np.array([0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20])
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    t_rewards = torch.from_numpy(rewards)
-    t_shuffled_rewards = torch.from_numpy(shuffled_rewards)
-    t_fixed_ids, t_shuffled_ids, t_variable_ids = (torch.from_numpy(x) for x in (fixed_ids, shuffled_ids, variable_ids))
+    rewards_np, rng = make_batch(args.groups, args.size)
+    n = len(rewards_np)
+    g = args.size
+    contiguous_ids = np.repeat(np.arange(args.groups), g)
+    perm = rng.permutation(n)
+    shuffled_np, shuffled_ids = rewards_np[perm], contiguous_ids[perm]
 
-    print(f"N = {n:,} rollouts ({args.groups:,} groups of {args.size}) x K = {K}, float64, "
-          f"{torch.get_num_threads()} torch threads; best of {args.repeats}")
-    header = f"{'estimator':<10} {'loop s':>8} {'fixed ms':>9} {'shuffled ms':>12} {'varsize ms':>11} {'loop/shuffled':>14} {'shuffled/fixed':>15} {'varsize/fixed':>14}"
-    print(header)
-    print("-" * len(header))
-    for name in ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"]:
+    rewards = torch.from_numpy(rewards_np).to(device=device, dtype=dtype)
+    shuffled = torch.from_numpy(shuffled_np).to(device=device, dtype=dtype)
+    weights = torch.tensor(WEIGHTS, dtype=dtype, device=device)
+    ids_contiguous = torch.arange(n, device=device) // g  # what MultiRewardGRPOTrainer passes
+    ids_shuffled = torch.from_numpy(shuffled_ids).to(device)
+    # the oracle sees exactly the values mrgrpo sees (after the cast to `dtype`)
+    oracle_rewards = shuffled.double().cpu().numpy()
+
+    print(
+        f"N = {n:,} rollouts ({args.groups:,} groups of {g}) x K = {K}, {args.dtype}, {device.type}"
+        + (f", {torch.get_num_threads()} torch thread(s)" if device.type == "cpu" else f" ({torch.cuda.get_device_name()})")
+        + f"; best of {args.repeats}; torch {torch.__version__}"
+    )
+
+    def ours(name: str, r: torch.Tensor, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
         options = {"reward_ranges": RANGES} if name in ("sa_mrpo", "sa_corr_grpo") else {}
+        return lambda: mrgrpo.compute_advantages(r, ids, name, weights, **options)
 
-        def fixed():
-            return mrgrpo.compute_advantages(t_rewards, t_fixed_ids, name, weights, **options)
+    timings: dict[str, dict[str, float]] = {}
+    errors: dict[str, float] = {}
+    for name in ESTIMATORS:
+        t_c = best_time(ours(name, rewards, ids_contiguous), args.repeats, sync)
+        t_s = best_time(ours(name, shuffled, ids_shuffled), args.repeats, sync)
+        timings[name] = {"contiguous": t_c, "shuffled": t_s}
+        if not args.skip_oracle:
+            options = {"reward_ranges": RANGES} if name in ("sa_mrpo", "sa_corr_grpo") else {}
+            expected = reference.REFERENCES[name](oracle_rewards, shuffled_ids.tolist(), WEIGHTS, **options)
+            errors[name] = rel_error(ours(name, shuffled, ids_shuffled)(), expected)
 
-        def shuffled_run():
-            return mrgrpo.compute_advantages(t_shuffled_rewards, t_shuffled_ids, name, weights, **options)
+    trl = {
+        "grpo": lambda: trl_sum_then_normalize(rewards, weights, g, "group"),
+        "dr_grpo": lambda: trl_sum_then_normalize(rewards, weights, g, "none"),
+        "gdpo": lambda: trl_normalize_then_sum(rewards, weights, g),
+    }
+    t_trl = {name: best_time(fn, args.repeats, sync) for name, fn in trl.items()}
+    verl = verl_peers(shuffled, weights, shuffled_ids)
+    t_verl = {
+        "grpo": best_time(verl["grpo_vectorized"], args.repeats, sync),
+        "dr_grpo": best_time(verl["grpo_vectorized (no std)"], args.repeats, sync),
+    }
+    # Same numbers as the peers (TRL's eps = 1e-4; verl given epsilon=1e-4, its std floor is 0).
+    agree = {
+        "grpo vs TRL": rel_error(ours("grpo", rewards, ids_contiguous)(), trl["grpo"]().double().cpu().numpy()),
+        "gdpo vs TRL": rel_error(ours("gdpo", rewards, ids_contiguous)(), trl["gdpo"]().double().cpu().numpy()),
+        "dr_grpo vs verl": rel_error(ours("dr_grpo", shuffled, ids_shuffled)(), verl["grpo_vectorized (no std)"]().double().cpu().numpy()),
+    }
+    loops: dict[str, float] = {}
+    if not args.skip_loops:
+        loops["grpo"], _ = once(verl["grpo (loop)"], sync)
+        loops["gdpo"], _ = once(verl["gdpo (loop)"], sync)
 
-        def variable():
-            return mrgrpo.compute_advantages(t_rewards, t_variable_ids, name, weights, **options)
+    ms = lambda s: f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.1f} s"  # noqa: E731
+    print("\ncontiguous groups (TRL's layout)")
+    print(f"{'estimator':<13} {'mrgrpo':>10} {'TRL 1.16':>10} {'ratio':>7}   {'vs TRL gdpo':>11}")
+    for name in ESTIMATORS:
+        t = timings[name]["contiguous"]
+        peer = t_trl.get(name, t_trl["gdpo"] if name == "sa_mrpo" else None)
+        peer_s = f"{ms(peer):>10} {t / peer:>6.2f}x" if peer is not None else f"{'—':>10} {'':>7}"
+        print(f"{name:<13} {ms(t):>10} {peer_s}   {t / t_trl['gdpo']:>10.2f}x")
+    print("(sa_mrpo's TRL peer: TRL's normalize_then_sum, the same computation with fixed weights)")
 
-        def loop():
-            return reference.REFERENCES[name](shuffled_rewards, shuffled_ids.tolist(), weights, **options)
+    print("\nshuffled group ids (verl's layout)")
+    print(f"{'estimator':<13} {'mrgrpo':>10} {'verl 0.9.1':>24} {'ratio':>8}   {'vs verl gdpo':>12}")
+    for name in ESTIMATORS:
+        t = timings[name]["shuffled"]
+        if name in t_verl:
+            peer, label = t_verl[name], "grpo_vectorized"
+        elif name == "gdpo" and "gdpo" in loops:
+            peer, label = loops["gdpo"], "gdpo"
+        else:
+            peer, label = None, "—"
+        peer_s = f"{label + ' ' + ms(peer):>24} {t / peer:>7.3g}x" if peer is not None else f"{label:>24} {'':>8}"
+        vs_gdpo = f"{t / loops['gdpo']:>11.3g}x" if "gdpo" in loops else ""
+        print(f"{name:<13} {ms(t):>10} {peer_s}   {vs_gdpo}")
+    if "grpo" in loops:
+        print(f"verl's per-uid loop grpo: {ms(loops['grpo'])} (mrgrpo grpo {loops['grpo'] / timings['grpo']['shuffled']:.0f}x faster)")
 
-        # The loop is the baseline: one timed run is enough (it takes seconds).
-        start = time.perf_counter()
-        slow = loop()
-        t_loop = time.perf_counter() - start
-        fast = shuffled_run().numpy()
-        assert np.allclose(fast, slow, rtol=1e-8, atol=1e-8), f"{name}: vectorized result differs from the loop"
-        t_fixed = best_time(fixed, args.repeats)
-        t_shuffled = best_time(shuffled_run, args.repeats)
-        t_variable = best_time(variable, args.repeats)
-        print(
-            f"{name:<10} {t_loop:>8.2f} {t_fixed * 1e3:>9.1f} {t_shuffled * 1e3:>12.1f} {t_variable * 1e3:>11.1f} "
-            f"{t_loop / t_shuffled:>13.0f}x {t_shuffled / t_fixed:>14.2f}x {t_variable / t_fixed:>13.2f}x"
-        )
-    print("goals: loop/shuffled >= 50x (vectorized vs per-group loop); shuffled/fixed and varsize/fixed <= 3x")
-
-    # verl's own reference loop (torch ops per rollout and per group) for the single-total estimators.
-    totals = t_shuffled_rewards @ torch.from_numpy(weights)
-    index = shuffled_ids.tolist()
-    print("\nverl-style loop (dict of per-group torch tensors, as verl's compute_grpo_outcome_advantage):")
-    for name, scale in (("grpo", True), ("dr_grpo", False)):
-        start = time.perf_counter()
-        verl_style_group_loop(totals, index, scale)
-        t_verl = time.perf_counter() - start
-        t_fast = best_time(lambda: mrgrpo.compute_advantages(t_shuffled_rewards, t_shuffled_ids, name, weights), args.repeats)
-        print(f"{name:<10} verl-style loop {t_verl:6.2f} s   vectorized (shuffled) {t_fast * 1e3:6.1f} ms   ratio {t_verl / t_fast:6.0f}x")
+    print("\nwithin 1.5x of gdpo (mrgrpo's own, same layout):")
+    for name in ("sa_mrpo", "corr_grpo", "sa_corr_grpo"):
+        c = timings[name]["contiguous"] / timings["gdpo"]["contiguous"]
+        s = timings[name]["shuffled"] / timings["gdpo"]["shuffled"]
+        print(f"  {name:<13} contiguous {c:.2f}x   shuffled {s:.2f}x")
+    if errors:
+        print("\nmax error vs the float64 loop oracle / max |advantage| (goal <= 1e-6): "
+              + ", ".join(f"{k} {v:.1e}" for k, v in errors.items()))
+    print("agreement with the peers (same relative measure): " + ", ".join(f"{k} {v:.1e}" for k, v in agree.items()))
 
 
 if __name__ == "__main__":

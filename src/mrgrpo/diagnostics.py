@@ -64,7 +64,7 @@ def diagnose(
     NaN entries are mean-imputed in the in-group statistics (centered value 0), as in
     ``corr_grpo``.
     """
-    values, _ = as_reward_matrix(rewards)
+    values = as_reward_matrix(rewards)[0].to(torch.float64)
     n, k = values.shape
     groups = make_groups(group_ids, n, device=values.device)
     w = as_weights(weights, k, values.device)
@@ -85,8 +85,7 @@ def diagnose(
     if n == 0:
         return report
 
-    moments = group_moments(values, groups)
-    centered = moments.centered
+    centered = groups.unrows(group_moments(values, groups).unscaled())  # [N, K] in the rewards' units
     report["correlation"] = _mean_group_correlation(centered, groups)
 
     total_centered = (centered * w).sum(dim=1)

@@ -95,8 +95,8 @@ def test_corr_grpo_denominator_invariant_to_rescaling_one_component(batch, k, a)
     changed = rewards.clone()
     changed[:, k] *= a
     weights = torch.ones(rewards.shape[1], dtype=torch.float64)
-    before = correlation_sum(group_moments(rewards, groups).centered * weights, groups)
-    after = correlation_sum(group_moments(changed, groups).centered * weights, groups)
+    before = correlation_sum(groups.unrows(group_moments(rewards, groups).unscaled()) * weights, groups)
+    after = correlation_sum(groups.unrows(group_moments(changed, groups).unscaled()) * weights, groups)
     torch.testing.assert_close(before, after, rtol=1e-7, atol=1e-7)
     assert (before >= 0).all()
 

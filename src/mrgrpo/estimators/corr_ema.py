@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from mrgrpo.estimators.corr_grpo import pooled_correlation
+from mrgrpo.estimators.corr_grpo import batch_units, pooled_correlation
 from mrgrpo.estimators.groups import group_moments, make_groups
 from mrgrpo.estimators.registry import as_reward_matrix, as_weights, compute_advantages
 
@@ -34,7 +34,8 @@ def update_correlation_state(
     values, _ = as_reward_matrix(rewards)
     groups = make_groups(group_ids, values.shape[0], device=values.device)
     w = as_weights(weights, values.shape[1], values.device)
-    rho = pooled_correlation(group_moments(values, groups).centered * torch.sign(w)).cpu()
+    units = groups.unrows(batch_units(group_moments(values, groups)))
+    rho = pooled_correlation(units * torch.sign(w).to(units.dtype)).double().cpu()
     k = values.shape[1]
     if state is None:
         steps, raw = 0, torch.zeros(k, k, dtype=torch.float64)

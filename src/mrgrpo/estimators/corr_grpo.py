@@ -20,37 +20,41 @@ import torch
 from torch import Tensor
 
 from mrgrpo.estimators._checks import check_choice, check_eps
-from mrgrpo.estimators.groups import Groups, group_moments
+from mrgrpo.estimators.groups import GroupMoments, Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
 
 NUMERATORS = ("raw", "standardized")
 POOLINGS = ("group", "batch")
 
 
-def unit_columns(centered: Tensor, groups: Groups) -> tuple[Tensor, Tensor]:
-    """``z`` ``[N, K]`` (centered columns scaled to unit norm within each group) and the
-    ``[num_groups, K]`` bool mask of components that vary in the group."""
-    norm = groups.sum(centered * centered).sqrt()
-    active = norm > 0
-    z = centered / groups.gather(torch.where(active, norm, torch.ones_like(norm)))
-    return z, active
-
-
 def correlation_sum(weighted_centered: Tensor, groups: Groups) -> Tensor:
     """``Σ_{l,m} ρ_lm`` per group ``[num_groups]``, ρ the Pearson correlation of the weighted
-    components ``c_il = w_l (r_il − mean_g r_l)`` within the group (a negative weight flips the
-    sign of that component's correlations, a zero weight removes it): ``Σ_i (Σ_l z_il)²``."""
-    z, _ = unit_columns(weighted_centered, groups)
+    components ``c_il = w_l (r_il − mean_g r_l)`` ``[N, K]`` within the group (a negative weight
+    flips the sign of that component's correlations, a zero weight removes it): ``Σ_i (Σ_l z_il)²``."""
+    norm = groups.sum(weighted_centered * weighted_centered).sqrt()
+    z = weighted_centered / groups.gather(torch.where(norm > 0, norm, torch.ones_like(norm)))
     row = z.sum(dim=1, keepdim=True)
     return groups.sum(row * row).squeeze(1)
 
 
 def pooled_correlation(centered: Tensor) -> Tensor:
-    """``[K, K]`` Pearson correlation of group-centered rows pooled over the whole batch
-    (``Σ_i c_il c_im / sqrt(Σ_i c_il² Σ_i c_im²)``; 0 rows/columns for constant components)."""
+    """``[K, K]`` Pearson correlation of group-centered rows ``[N, K]`` pooled over the whole
+    batch (``Σ_i c_il c_im / sqrt(Σ_i c_il² Σ_i c_im²)``; 0 rows/columns for constant components)."""
     norm = (centered * centered).sum(dim=0).sqrt()
     z = centered / torch.where(norm > 0, norm, torch.ones_like(norm))
     return z.T @ z
+
+
+def pair_sums(z: Tensor, groups: Groups | None) -> Tensor:
+    """``Σ_i z_il z_im`` per group (``groups`` given; ``z`` in its layout) or over the batch
+    (``z`` flat ``[N, K]``): ``[..., K·K]`` with the pair on the last axis."""
+    if groups is None:
+        return (z.T @ z).reshape(-1)
+    if groups.block_size is not None:  # [ng, G, K] -> [ng, K*K]
+        return torch.einsum("bgl,bgm->blm", z, z).reshape(z.shape[0], -1)
+    k = z.shape[0]  # [K, N] -> [ng, K*K]
+    products = (z.unsqueeze(1) * z.unsqueeze(0)).reshape(k * k, -1)
+    return groups.total(products).T
 
 
 def shrinkage_intensity(z: Tensor, active: Tensor, dof: Tensor, groups: Groups | None) -> Tensor:
@@ -70,14 +74,13 @@ def shrinkage_intensity(z: Tensor, active: Tensor, dof: Tensor, groups: Groups |
     is the batch's ``Σ_g (G_g − 1)``.
 
     Args:
-        z: ``[N, K]`` unit-norm centered columns (per group, or over the batch).
+        z: unit-norm centered columns: per group in the layout of ``groups``, or flat
+            ``[N, K]`` over the batch (``groups=None``).
         active: ``[num_groups, K]`` (or ``[K]``) varying components.
         dof: ``[num_groups]`` (or scalar) degrees of freedom.
         groups: per-group sums when given, else sums over the batch.
     """
-    k = z.shape[1]
-    products = (z.unsqueeze(2) * z.unsqueeze(1)).reshape(z.shape[0], k * k)  # z_il z_im
-    rho = groups.sum(products) if groups is not None else products.sum(dim=0)
+    rho = pair_sums(z, groups)
     k_active = active.to(z.dtype).sum(dim=-1)
     off_diagonal_sq = ((rho * rho).sum(dim=-1) - k_active).clamp(min=0.0)  # diagonal ρ_ll = 1
     pairs = k_active * (k_active - 1)
@@ -123,36 +126,56 @@ def robust_corr_advantages(
     correlation: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """Shared math of ``corr_grpo`` and ``sa_corr_grpo``: advantages ``[N]`` and the per-group
-    denominator ``sqrt(D + eps)`` ``[num_groups]`` (for diagnostics)."""
+    denominator ``sqrt(D + eps)`` ``[num_groups]`` (for diagnostics).
+
+    Computed in the dtype of the group moments (the input's, or float64 where values needed
+    rescaling), in the layout of ``groups``; correlations are scale-free, so per-group scaled
+    moments enter them directly.
+    """
     moments = group_moments(rewards, groups)
-    centered = moments.centered
-    z, active = unit_columns(centered, groups)
+    dtype = moments.centered.dtype
+    w = coefficients.to(dtype)
+    norm = moments.sum_sq.sqrt()
+    active_l = norm > 0  # per-group layout
+    inverse_norm = torch.where(active_l, 1.0 / torch.where(active_l, norm, torch.ones_like(norm)), torch.zeros_like(norm))
+    active = groups.flat_groups(active_l)  # [ng, K]
+    # z (unit-norm centered columns) is only materialized where an option needs it
+    needs_z = numerator == "standardized" or (shrinkage == "auto" and pooling == "group")
+    z = moments.centered * groups.spread(inverse_norm) if needs_z else None
     if numerator == "raw":
-        top = (centered * coefficients).sum(dim=1)
+        top = groups.combine(moments.unscaled(), w)
         # ρ of the weighted components: sign(w_l) sign(w_m) ρ_lm
-        u = torch.sign(coefficients).expand_as(active) * active
+        u = torch.sign(w) * active
     else:
         # Σ_l w_l x_il with x the in-group z-score (ddof=1): Var_g(Σ w x) = Σ_lm w_l w_m ρ_lm
-        n = groups.sizes.to(rewards.dtype).unsqueeze(1)
-        top = (z * groups.gather(n - 1).sqrt() * coefficients).sum(dim=1)
-        u = coefficients.expand_as(active) * active
+        dof = (groups.layout_sizes(dtype) - 1).clamp(min=0).sqrt()
+        top = groups.combine(z * groups.spread(dof), w)
+        u = w * active
     if pooling == "group":
-        row = (z * groups.gather(u)).sum(dim=1, keepdim=True)
-        quadratic = groups.sum(row * row).squeeze(1)
+        # uᵀρu = Σ_i (Σ_l u_l z_il)², with u_l z_il = (u_l / norm_l) c_il
+        coefficient = groups.spread(groups.layout_groups(u) * inverse_norm)
+        row = groups.reduce_cols(moments.centered * coefficient)
+        quadratic = groups.flat_groups(groups.total(row * row)).squeeze(1)
     else:
-        rho = pooled_correlation(centered) if correlation is None else correlation.to(rewards.device)
+        if correlation is None:
+            rho = pooled_correlation(groups.unrows(batch_units(moments)))
+        else:
+            rho = correlation.to(device=rewards.device, dtype=dtype)
         quadratic = ((u @ rho) * u).sum(dim=1).clamp(min=0.0)  # PSD: only rounding could go below 0
     if shrinkage == "auto":
         if pooling == "group":
             lam = shrinkage_intensity(z, active, groups.sizes - 1, groups)
         else:
-            scored = ~torch.isnan(rewards).all(dim=1)
-            dof = scored.sum() - groups.sum(scored.to(rewards.dtype).unsqueeze(1)).gt(0).sum()
-            pooled_norm = (centered * centered).sum(dim=0).sqrt()
-            pooled_z = centered / torch.where(pooled_norm > 0, pooled_norm, torch.ones_like(pooled_norm))
+            scored = ~torch.isnan(rewards).all(dim=1) if moments.present is not None else None
+            n_scored = int(scored.sum()) if scored is not None else groups.num_rollouts
+            scored_groups = (groups.sum(scored.to(dtype).unsqueeze(1)) > 0).sum() if scored is not None else groups.num_groups
+            dof = torch.as_tensor(n_scored - scored_groups, device=rewards.device)
+            pooled = groups.unrows(batch_units(moments))
+            pooled_norm = (pooled * pooled).sum(dim=0).sqrt()
+            pooled_z = pooled / torch.where(pooled_norm > 0, pooled_norm, torch.ones_like(pooled_norm))
             lam = shrinkage_intensity(pooled_z, pooled_norm > 0, dof, None).expand(groups.num_groups)
     else:
-        lam = torch.full((groups.num_groups,), float(shrinkage), dtype=rewards.dtype, device=rewards.device)
+        lam = torch.full((groups.num_groups,), float(shrinkage), dtype=dtype, device=rewards.device)
     if pooling == "group" and shrinkage == 0:
         denominator_sq = quadratic  # exactly the paper's sum, no extra rounding
     else:
@@ -161,10 +184,23 @@ def robust_corr_advantages(
     if min_corr_sum is not None:
         denominator_sq = denominator_sq.clamp(min=float(min_corr_sum))
     denominator = (denominator_sq + eps).sqrt()
-    full = groups.gather(denominator)
-    safe = torch.where(full > 0, full, torch.ones_like(full))
+    safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+    if groups.block_size is not None:
+        advantages = (top.view(groups.num_groups, -1) / safe.unsqueeze(1)).reshape(-1)
+    else:
+        advantages = top / safe.index_select(0, groups.index)
     # top is exactly 0 where every component is constant in the group (also for size-1 groups)
-    return torch.where(top != 0, top / safe, torch.zeros_like(top)), denominator
+    return torch.where(top != 0, advantages, torch.zeros_like(advantages)), denominator
+
+
+def batch_units(moments: GroupMoments) -> Tensor:
+    """Layout rows of centered values in one unit per column across all groups (the scaled
+    moments' per-group factors undone relative to the smallest, so nothing overflows)."""
+    if moments.scale is None:
+        return moments.centered
+    groups = moments.groups
+    smallest = groups.flat_groups(moments.scale).amin(dim=0)  # [K]: the largest magnitudes
+    return moments.centered * (groups.col(smallest) / groups.spread(moments.scale))
 
 
 @register_estimator("corr_grpo")

@@ -10,17 +10,58 @@ import torch
 from torch import Tensor
 
 from mrgrpo.estimators._checks import check_choice, check_ddof, check_eps
-from mrgrpo.estimators.groups import Groups, group_moments, standardize
+from mrgrpo.errors import InputError
+from mrgrpo.estimators.groups import Groups, group_moments, pow2_scale, standardize
 from mrgrpo.estimators.registry import register_estimator
 
 SCALES = ("group", "batch", "none")
 
 
 def weighted_total(rewards: Tensor, weights: Tensor) -> Tensor:
-    """``T_i = Σ_k w_k r_ik`` ``[N]``; NaN components count as 0 (TRL's ``nansum``), and a row
-    with every component NaN stays NaN so group statistics skip it."""
-    total = torch.nan_to_num(rewards, nan=0.0) @ weights  # inputs hold no ±inf (validated)
-    return total.masked_fill_(torch.isnan(rewards).all(dim=1), float("nan"))
+    """``T_i = Σ_k w_k r_ik`` ``[N]`` float64; NaN components count as 0 (TRL's ``nansum``), and
+    a row with every component NaN stays NaN so group statistics skip it.
+
+    Computed in float64 whatever the input dtype (one column: cheap, and free of the
+    cancellation a float32 sum would bring into the centered total). A row whose sum overflows
+    float64 is recomputed with its values divided by a power of two; if the total itself does
+    not fit in float64, an :class:`~mrgrpo.errors.InputError` names the overflow.
+    """
+    has_nan = bool(torch.isnan(rewards.sum()))
+    filled = torch.nan_to_num(rewards, nan=0.0) if has_nan else rewards
+    total = _matvec64(filled, weights)
+    if not bool(torch.isfinite(total.sum())) and not bool(torch.isfinite(total).all()):
+        filled = filled.to(torch.float64)
+        factors = pow2_scale(filled.abs().amax(dim=1))
+        partial = (filled * factors[0].unsqueeze(1) * factors[1].unsqueeze(1)) @ weights
+        total = partial / factors[0] / factors[1]
+        if not bool(torch.isfinite(total).all()):
+            row = int((~torch.isfinite(total)).nonzero()[0, 0])
+            raise InputError(
+                f"the weighted total of the rewards overflows float64 (first at row {row}): "
+                "rescale the rewards or the weights"
+            )
+    if has_nan:
+        total.masked_fill_(torch.isnan(rewards).all(dim=1), float("nan"))
+    return total
+
+
+#: Rows per chunk when a float32 matrix is multiplied in float64 (the chunk stays in cache).
+CHUNK_ROWS = 16384
+
+
+def _matvec64(x: Tensor, w: Tensor) -> Tensor:
+    """``x @ w`` in float64 ``[N]``, converting float32 ``x`` chunk by chunk (no float64 copy of
+    the whole matrix: the conversion, not the product, is what costs)."""
+    if x.dtype == torch.float64 or x.device.type != "cpu" or x.shape[0] <= CHUNK_ROWS:
+        return torch.mv(x.to(torch.float64), w)
+    out = torch.empty(x.shape[0], dtype=torch.float64)
+    buffer = torch.empty(CHUNK_ROWS, x.shape[1], dtype=torch.float64)
+    for start in range(0, x.shape[0], CHUNK_ROWS):
+        stop = min(start + CHUNK_ROWS, x.shape[0])
+        chunk = buffer[: stop - start]
+        chunk.copy_(x[start:stop])
+        torch.mv(chunk, w, out=out[start:stop])
+    return out
 
 
 @register_estimator("grpo")
@@ -36,9 +77,9 @@ def grpo(
     """GRPO advantage ``A_i = (T_i − mean_g T) / (std T + eps)``, with ``T = Σ_k w_k r_k``.
 
     Args:
-        rewards: ``[N, K]`` float64, NaN = not scored (counts as 0 in ``T``).
+        rewards: ``[N, K]`` float32 or float64, NaN = not scored (counts as 0 in ``T``).
         groups: group of each rollout.
-        weights: ``[K]``.
+        weights: ``[K]`` float64.
         scale: ``"group"`` — std of ``T`` within the group (default, TRL's ``scale_rewards=
             "group"``); ``"batch"`` — std of ``T`` over all scored rollouts of the batch (TRL's
             ``"batch"``; the mean stays per group); ``"none"`` — no division (Dr. GRPO).
@@ -46,21 +87,34 @@ def grpo(
         ddof: delta degrees of freedom of the std; 1 (unbiased, ``torch.std``) matches TRL.
 
     Returns:
-        ``[N]`` float64. A group of one rollout, or whose total is constant, gives exact zeros.
+        ``[N]`` float64 (the total and its moments are float64). A group of one rollout, or
+        whose total is constant, gives exact zeros.
     """
     check_choice(scale, "scale", SCALES, "grpo")
     eps = check_eps(eps, "grpo")
     ddof = check_ddof(ddof, "grpo")
     total = weighted_total(rewards, weights)
+    if scale == "batch":
+        return _batch_scaled(total, groups, eps, ddof)
     moments = group_moments(total.unsqueeze(1), groups)
-    centered = moments.centered.squeeze(1)
     if scale == "none":
-        return centered
-    if scale == "group":
-        std = groups.gather(moments.std(ddof)).squeeze(1)
-    else:
-        kept = total[~torch.isnan(total)]
-        n = kept.numel()
-        var = ((kept - kept.mean()) ** 2).sum() / (n - ddof) if n > ddof else kept.new_zeros(())
-        std = var.sqrt().expand_as(centered)
-    return standardize(centered, std, eps)
+        return groups.per_row(moments.unscaled())
+    return groups.per_row(moments.zscores(eps, ddof))
+
+
+def _batch_scaled(total: Tensor, groups: Groups, eps: float, ddof: int) -> Tensor:
+    """``(T − mean_g T) / (std_batch T + eps)``, computed on ``T`` divided by a power of two
+    near its largest magnitude (so the batch's squares cannot overflow)."""
+    scored = ~torch.isnan(total)
+    kept = total[scored]
+    n = kept.numel()
+    if n == 0:
+        return torch.zeros_like(total)
+    factors = pow2_scale(kept.abs().amax())
+    factor = factors[0] * factors[1]
+    unit = total * factors[0] * factors[1]
+    centered = groups.per_row(group_moments(unit.unsqueeze(1), groups).unscaled())
+    kept = unit[scored]
+    spread = kept - kept.mean()
+    std = ((spread * spread).sum() / (n - ddof)).sqrt() if n > ddof else kept.new_zeros(())
+    return standardize(centered, std + eps * factor)

@@ -2,10 +2,11 @@
 
 Every estimator has the same signature::
 
-    fn(rewards: Tensor[N, K] float64, groups: Groups, weights: Tensor[K] float64, *, **options)
-        -> Tensor[N] float64
+    fn(rewards: Tensor[N, K] float32 | float64, groups: Groups, weights: Tensor[K] float64, *,
+       **options) -> Tensor[N] float32 | float64
 
-``rewards`` arrive validated (finite or NaN), ``groups`` built by :func:`make_groups`, and the
+``rewards`` arrive validated (finite or NaN) in the dtype to compute in (float32 for float32,
+float16 and bfloat16 inputs, float64 otherwise), ``groups`` built by :func:`make_groups`, and the
 options are keyword-only parameters with defaults: their names are the estimator's options, so
 an unknown option name is caught here, before any math runs.
 """
@@ -13,6 +14,7 @@ an unknown option name is caught here, before any math runs.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from mrgrpo.errors import InputError
 from mrgrpo.estimators.groups import Groups, make_groups
 
 EstimatorFn = Callable[..., Tensor]
@@ -90,44 +93,66 @@ def get_estimator(name: str) -> Estimator:
         ) from None
 
 
-def as_reward_matrix(rewards: Any) -> tuple[Tensor, torch.dtype]:
-    """Validate ``rewards`` ``[N, K]`` and return it as float64 plus the dtype to return in.
+#: dtypes computed in float32 (exactly representable there); every other input in float64.
+FLOAT32_COMPUTE = (torch.float32, torch.float16, torch.bfloat16)
 
-    Accepts a torch tensor (any device), a numpy array or nested lists. NaN = not scored;
-    ±inf raises.
+
+def as_reward_matrix(rewards: Any) -> tuple[Tensor, torch.dtype]:
+    """Validate ``rewards`` ``[N, K]``: the values to compute with, and the dtype to return in.
+
+    Accepts a torch tensor (any device but ``meta``), a numpy array or nested lists. NaN = not
+    scored; ±inf raises. float32, float16 and bfloat16 tensors are computed in float32 (their
+    values are exact there); float64 tensors, integer tensors and lists in float64. Lists and
+    integer inputs return float32.
     """
+    values, out_dtype, _ = screen_rewards(rewards)
+    return values, out_dtype
+
+
+def screen_rewards(rewards: Any) -> tuple[Tensor, torch.dtype, bool]:
+    """:func:`as_reward_matrix` plus whether any entry is NaN (one fused reduction decides
+    "no NaN and no ±inf" in the common case)."""
     if isinstance(rewards, Tensor):
+        if rewards.device.type == "meta":
+            raise InputError(
+                "rewards are on the meta device (shapes only, no values): pass a tensor with data (cpu or cuda)"
+            )
         tensor = rewards.detach()
     elif isinstance(rewards, np.ndarray):
         if rewards.dtype.kind not in "biuf":
-            raise ValueError(f"rewards must be numeric, got a numpy array of dtype {rewards.dtype}")
+            raise InputError(f"rewards must be numeric, got a numpy array of dtype {rewards.dtype}")
         tensor = torch.from_numpy(np.ascontiguousarray(rewards))
     else:
         try:
-            tensor = torch.tensor(rewards, dtype=torch.float32)
+            tensor = torch.tensor(rewards, dtype=torch.float64)
         except (TypeError, ValueError, RuntimeError) as error:
-            raise ValueError(
+            raise InputError(
                 f"rewards must be a [N, K] tensor, array or nested list of numbers (None is not "
                 f"allowed: use float('nan') for an unscored component): {error}"
             ) from None
     if tensor.is_complex():
-        raise ValueError("rewards must be real numbers, got a complex tensor")
-    out_dtype = tensor.dtype if tensor.is_floating_point() else torch.float32
+        raise InputError("rewards must be real numbers, got a complex tensor")
+    is_array = isinstance(rewards, (Tensor, np.ndarray))
+    out_dtype = tensor.dtype if is_array and tensor.is_floating_point() else torch.float32
     if tensor.dim() != 2:
         hint = " (for a single component use rewards[:, None])" if tensor.dim() == 1 else ""
-        raise ValueError(f"rewards must be 2-D [N rollouts, K components], got shape {tuple(tensor.shape)}{hint}")
+        raise InputError(f"rewards must be 2-D [N rollouts, K components], got shape {tuple(tensor.shape)}{hint}")
     if tensor.shape[1] == 0:
-        raise ValueError("rewards has no components (K = 0): pass at least one reward column")
-    values = tensor.to(torch.float64)
-    # Cheap screen first: column sums are finite unless some entry is ±inf (or they overflow).
-    if not bool(torch.isfinite(torch.nansum(values, dim=0)).all()) and bool(torch.isinf(values).any()):
+        raise InputError("rewards has no components (K = 0): pass at least one reward column")
+    compute = torch.float32 if tensor.dtype in FLOAT32_COMPUTE else torch.float64
+    values = tensor.to(compute).contiguous()
+    has_nan = False
+    # One reduction: the sum is finite unless some entry is NaN or ±inf (or the sum overflows).
+    if values.numel() and not bool(torch.isfinite(values.sum())):
         infinite = torch.isinf(values)
-        row, col = (int(i) for i in infinite.nonzero()[0])
-        raise ValueError(
-            f"rewards contain {int(infinite.sum())} infinite value(s) (first at row {row}, component {col}): "
-            "clip them to a finite range, or use NaN to mark a component as not scored"
-        )
-    return values, out_dtype
+        if bool(infinite.any()):
+            row, col = (int(i) for i in infinite.nonzero()[0])
+            raise InputError(
+                f"rewards contain {int(infinite.sum())} infinite value(s) (first at row {row}, component {col}): "
+                "clip them to a finite range, or use NaN to mark a component as not scored"
+            )
+        has_nan = bool(torch.isnan(values).any())
+    return values, out_dtype, has_nan
 
 
 def as_weights(weights: Any, num_components: int, device: torch.device) -> Tensor:
@@ -165,25 +190,56 @@ def compute_advantages(
 
     Returns:
         ``[N]`` advantages, finite, in the input's float dtype (float32 for lists and integer
-        input), on the input's device. Computed in float64. A rollout whose components are all
-        NaN gets exactly 0 and is left out of every batch statistic.
+        input), on the input's device. float64 inputs are computed in float64; float32,
+        float16 and bfloat16 inputs in float32 with shifted two-pass moments (within 1e-6 of
+        the float64 result, relative to the largest advantage); values too large or too small
+        for the squares are rescaled internally by powers of two, so every finite input gives
+        exact, finite results. A rollout whose components are all NaN gets exactly 0 and is
+        left out of every batch statistic.
 
     Raises:
-        ValueError: bad shapes, ±inf, wrong-length weights, unknown estimator or option, or an
-            invalid option value; the message names the problem and the fix.
+        ValueError: bad shapes, ±inf, wrong-length weights, unknown estimator or option, an
+            invalid option value, or advantages that do not fit the returned dtype (an
+            :class:`~mrgrpo.errors.InputError` naming the overflow); the message names the
+            problem and the fix.
     """
     spec = get_estimator(estimator)
     spec.check_options(options)
-    values, out_dtype = as_reward_matrix(rewards)
+    values, out_dtype, has_nan = screen_rewards(rewards)
     groups = make_groups(group_ids, values.shape[0], device=values.device)
     w = as_weights(weights, values.shape[1], values.device)
+    if values.dtype == torch.float32 and not _fits_float32(w):
+        values = values.to(torch.float64)
     if values.shape[0] == 0:
         return torch.zeros(0, dtype=out_dtype, device=values.device)
     advantages = spec.fn(values, groups, w, **options)
-    scored = ~torch.isnan(values).all(dim=1)
-    advantages = torch.where(scored, advantages, torch.zeros_like(advantages))
-    if not bool(torch.isfinite(advantages).all()):
+    if has_nan:
+        scored = ~torch.isnan(values).all(dim=1)
+        advantages = torch.where(scored, advantages, torch.zeros_like(advantages))
+    return check_output(advantages, out_dtype, estimator)
+
+
+def _fits_float32(weights: Tensor) -> bool:
+    """Weights whose nonzero magnitudes keep float32 products exact enough: within 2^±60."""
+    magnitude = weights.abs()
+    nonzero = magnitude[magnitude > 0]
+    return not nonzero.numel() or (float(nonzero.max()) <= 2.0**60 and float(nonzero.min()) >= 2.0**-60)
+
+
+def check_output(advantages: Tensor, out_dtype: torch.dtype, estimator: str) -> Tensor:
+    """``advantages`` cast to ``out_dtype``, checked finite there (one fused reduction)."""
+    if advantages.numel() == 0:
+        return advantages.to(out_dtype)
+    low, high = (float(v) for v in torch.aminmax(advantages))
+    if math.isnan(low) or math.isnan(high):
         raise RuntimeError(f"estimator {estimator!r} produced non-finite advantages; this is a bug in the estimator")
+    largest = max(abs(low), abs(high))
+    limit = torch.finfo(out_dtype).max
+    if largest > limit:
+        raise InputError(
+            f"{estimator} advantages overflow {str(out_dtype).removeprefix('torch.')} (largest |advantage| "
+            f"{largest:.4g} > {limit:.4g}): pass the rewards in a wider dtype (e.g. rewards.double()), or rescale them"
+        )
     return advantages.to(out_dtype)
 
 

@@ -12,21 +12,28 @@ import torch
 from torch import Tensor
 
 from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps, check_gamma, check_reward_ranges
-from mrgrpo.estimators.gdpo import componentwise_advantages
-from mrgrpo.estimators.groups import Groups, batch_standardize
+from mrgrpo.estimators.gdpo import summed_zscores
+from mrgrpo.estimators.groups import Groups
 from mrgrpo.estimators.registry import register_estimator
 
 
 def saturation(rewards: Tensor, reward_ranges: Tensor) -> Tensor:
-    """``s_k = clip((mean_batch r_k − lo_k)/(hi_k − lo_k), 0, 1)`` ``[K]``.
+    """``s_k = clip((mean_batch r_k − lo_k)/(hi_k − lo_k), 0, 1)`` ``[K]`` float64.
 
-    The batch mean ignores NaN; a component with no scored entry has saturation 0.
+    The batch mean ignores NaN; a component with no scored entry has saturation 0. Computed in
+    float64 on halves (``mean/2 − lo/2`` over ``hi/2 − lo/2``) so no finite input overflows.
     """
-    present = ~torch.isnan(rewards)
-    count = present.sum(dim=0)
-    mean = torch.where(present, rewards, torch.zeros_like(rewards)).sum(dim=0) / count.clamp(min=1)
+    values = rewards.to(torch.float64)
+    n = values.shape[0]
+    half_mean = values.sum(dim=0) * (0.5 / max(n, 1))
+    count = torch.full_like(half_mean, float(n))
+    if not bool(torch.isfinite(half_mean).all()):  # NaN entries, or sums beyond float64
+        present = ~torch.isnan(values)
+        count = present.sum(dim=0).to(torch.float64)
+        share = torch.where(present, values, torch.zeros_like(values)) / count.clamp(min=1)
+        half_mean = (share * 0.5).sum(dim=0)
     lo, hi = reward_ranges[:, 0], reward_ranges[:, 1]
-    s = ((mean - lo) / (hi - lo)).clamp(0.0, 1.0)
+    s = ((half_mean - lo * 0.5) / (hi * 0.5 - lo * 0.5)).clamp(0.0, 1.0)
     return torch.where(count > 0, s, torch.zeros_like(s))
 
 
@@ -54,7 +61,7 @@ def sa_mrpo(
     ``A = (S − mean_batch S)/(std_batch S + eps)`` when ``batch_norm``.
 
     Args:
-        rewards: ``[N, K]`` float64, NaN = not scored.
+        rewards: ``[N, K]`` float32 or float64, NaN = not scored.
         groups, weights: as for every estimator.
         reward_ranges: required, ``K`` pairs ``(lo, hi)`` with ``hi > lo`` (a suite's
             ``reward_ranges``): the saturation scale.
@@ -63,7 +70,7 @@ def sa_mrpo(
         eps, ddof, batch_norm: as in ``gdpo`` (same defaults).
 
     Returns:
-        ``[N]`` float64.
+        ``[N]`` in the computing dtype.
     """
     ranges = check_reward_ranges(reward_ranges, rewards.shape[1], "sa_mrpo").to(rewards.device)
     gamma = check_gamma(gamma, "sa_mrpo")
@@ -71,7 +78,4 @@ def sa_mrpo(
     ddof = check_ddof(ddof, "sa_mrpo")
     check_bool(batch_norm, "batch_norm", "sa_mrpo")
     coefficients = saturation_coefficients(rewards, weights, ranges, gamma)
-    summed = (componentwise_advantages(rewards, groups, eps, ddof) * coefficients).sum(dim=1)
-    if not batch_norm:
-        return summed
-    return batch_standardize(summed, ~torch.isnan(rewards).all(dim=1), ddof, eps)
+    return summed_zscores(rewards, groups, coefficients, eps, ddof, batch_norm)
