@@ -386,3 +386,58 @@ def test_patching_the_bootstrap_state_or_test_modules_does_not_forge_a_pass():
     tests = "def check(candidate):\n    import math\n    assert math.isclose(candidate(1, 2), 3)\n"
     result = run(Job(textwrap.dedent(program), tests, "humaneval", "add", FAST))
     assert result.verdict is Verdict.FAILED, result
+
+
+# --- when the sandbox cannot isolate ---------------------------------------------------------
+
+def test_full_isolation_as_root():
+    result = run(job(GOOD))
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    assert result.isolation == "netns,mountns,chroot,uid"
+
+
+def test_guards_only_is_said_once_loudly(monkeypatch, caplog):
+    import logging
+
+    import mrgrpo.rewards.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sandbox, "_warned", False)
+    with caplog.at_level(logging.WARNING, logger="mrgrpo.rewards.sandbox"):
+        assert run(job(GOOD)).passed and run(job(GOOD)).passed
+    loud = [r for r in caplog.records if "NOT ISOLATED" in r.getMessage()]
+    assert len(loud) == 1 and loud[0].levelno == logging.WARNING
+
+
+def test_require_isolation_raises_instead_of_running_with_guards_only(monkeypatch):
+    import mrgrpo.rewards.sandbox as sandbox
+    from mrgrpo.errors import IsolationError, UserError
+    from mrgrpo.rewards import get_suite
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    with pytest.raises(IsolationError, match="cannot isolate"):
+        run(job(GOOD), require_isolation=True)
+    with pytest.raises(UserError):
+        run_many([job(GOOD)], require_isolation=True)
+    suite = get_suite("code", components=("pass",), require_isolation=True)
+    with pytest.raises(IsolationError):
+        suite.components[0](["p"], [GOOD], test=[CHECK], entry_point=["add"], test_format=["humaneval"])
+
+
+def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
+    """As root in a system that refuses the mounts (here: a standard library path that cannot be
+    bind-mounted), the run falls back to the guards, and ``require_isolation`` raises."""
+    import mrgrpo.rewards.sandbox as sandbox
+    from mrgrpo.errors import IsolationError
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    real = sandbox._interpreter()
+    monkeypatch.setattr(sandbox, "_interpreter", lambda: (real[0], "/nonexistent-mrgrpo-stdlib"))
+    before = leftovers()
+    result = run(job(GOOD))
+    assert result.isolation == "guards" and result.passed, result
+    with pytest.raises(IsolationError):
+        run(job(GOOD), require_isolation=True)
+    assert leftovers() <= before

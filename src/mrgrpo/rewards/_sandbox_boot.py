@@ -107,13 +107,34 @@ def _isolate(job):
     ``/dev/null``/``/dev/zero``/``/dev/urandom`` and a private ``/tmp`` with the working
     directory, all on one size-capped tmpfs that vanishes with the process: the caller's
     files, the datasets, ``/proc`` and every other process's files are out of sight.
-    Returns ``(workdir, flags)`` or raises OSError. The uid drop follows in :func:`_limit`.
+    Returns ``(workdir, flags)`` or raises OSError (then back in the original mount
+    namespace, the new network namespace kept). The uid drop follows in :func:`_limit`.
     """
     import posix
 
+    try:
+        original_ns = posix.open("/proc/self/ns/mnt", posix.O_RDONLY)
+    except OSError:
+        original_ns = None
+
     libc = _libc()
-    if libc("unshare", _CLONE_NEWNS | _CLONE_NEWNET) != 0:
-        raise OSError("unshare failed")
+    try:
+        if libc("unshare", _CLONE_NEWNS | _CLONE_NEWNET) != 0:
+            raise OSError("unshare failed")
+        try:
+            return _new_root(job, libc)
+        except OSError:
+            if original_ns is not None:  # back to the caller's view of the files for the guards-only run
+                libc("setns", original_ns, _CLONE_NEWNS)
+            raise
+    finally:
+        if original_ns is not None:
+            posix.close(original_ns)
+
+
+def _new_root(job, libc):
+    import posix
+
     if libc("mount", None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         raise OSError("mount --make-rprivate / failed")
     tmp_opts = b"size=%dk,mode=1777" % (job["tmpfs_kb"],)
@@ -206,10 +227,21 @@ _PATH_EVENTS = frozenset(
 )
 
 
-def _install_guard(workdir):
+_GUARDS_ONLY_BLOCKED = frozenset(
+    (
+        "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata",
+        "ctypes.cdata/buffer", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
+    )
+)
+
+
+def _install_guard(workdir, stdlib, guards_only):
     """Audit hook: no processes, signals, sockets, tracing, gc walking, rlimit changes; writes,
-    deletions and renames only inside the working directory. Defence in depth: the verdict
-    does not depend on it (the candidate never holds the judge's state)."""
+    deletions and renames only inside the working directory. With ``guards_only`` (no OS-level
+    isolation: the program runs as the caller's uid), also no ``ctypes`` and no reading outside
+    the standard library, the working directory and ``/dev/null``/``/dev/urandom`` (so neither
+    ``/proc/<pid>/mem`` nor the datasets on disk). Defence in depth: the verdict does not depend
+    on it (the candidate never holds the judge's state)."""
     import posix
     import sys
 
@@ -243,11 +275,24 @@ def _install_guard(workdir):
         full = normalize(path)
         return full == root or full.startswith(root + "/") or full in allowed_devices
 
+    libraries = tuple({normalize(p) for p in [stdlib] + [p for p in sys.path if type_(p) is str and p]})
+    readable_devices = ("/dev/null", "/dev/urandom", "/dev/zero")
+
+    def readable(path):
+        if type_(path) is int:
+            return True
+        if type_(path) not in (str, bytes):
+            return False
+        full = normalize(path)
+        if inside(path) or full in readable_devices:
+            return True
+        return any(full == lib or full.startswith(lib + "/") for lib in libraries)
+
     def deny(event):
         raise PermissionError("sandbox: %s is not allowed" % event)
 
     def guard(event, args):
-        if event in _BLOCKED:
+        if event in _BLOCKED or (guards_only and event in _GUARDS_ONLY_BLOCKED):
             deny(event)
         if event == "open":
             path, mode, flags = args
@@ -256,6 +301,8 @@ def _install_guard(workdir):
             )
             if writing and not inside(path):
                 deny("writing outside the working directory")
+            if guards_only and not readable(path):
+                deny("reading outside the standard library and the working directory")
         elif event in _PATH_EVENTS:
             for arg in args:
                 if type_(arg) in (str, bytes) and not inside(arg):
@@ -300,7 +347,7 @@ def _candidate_main(read):
     if drop is not None:
         flags.append("uid")
     _send(4, b"H", ",".join(flags or ["guards"]).encode())
-    _install_guard(workdir)
+    _install_guard(workdir, job["stdlib"], guards_only=drop is None)
     source, stdout, stderr = job["program"], sys.stdout, sys.stderr
     del job
     builtins_module = sys.modules["builtins"]

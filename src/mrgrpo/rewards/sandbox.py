@@ -319,7 +319,7 @@ def run(job: Job, launcher: bool = True, require_isolation: bool = False) -> Res
             _uids_in_use.discard(uid)
     if result.error_type == "IsolationUnavailable":
         raise IsolationError(_ISOLATION_MESSAGE)
-    if result.isolation == "guards":
+    if "uid" not in result.isolation.split(","):
         _warn_guards_only()
     return result
 

@@ -1,0 +1,111 @@
+"""Sandbox processes end with their caller, on every exit path: a normal end, an exception
+(``KeyboardInterrupt`` in the middle of ``run_many``), SIGINT, SIGTERM (default action: the
+caller dies at once) and SIGTERM turned into ``SystemExit`` by a training script's handler."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    import mrgrpo.rewards.sandbox as sandbox
+    from mrgrpo.rewards.sandbox import Job, Limits, run_many
+
+    mode = sys.argv[1]
+    if mode == "term-handler":
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+    sleep = 0.5 if mode == "normal" else 60
+    job = Job("import time\\ntime.sleep(%s)\\ndef f():\\n    return 1\\n" % sleep, "def check(c):\\n    assert c() == 1\\n",
+              "humaneval", "f", Limits(wall_s=120, cpu_s=60))
+
+    announced = []
+
+    def alive(pid):
+        try:
+            return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] not in "ZX"
+        except OSError:
+            return False
+
+    def announce():
+        while len(sandbox._live) < 4:  # two runs (judge + candidate each) in flight
+            time.sleep(0.01)
+        announced.extend(sorted(sandbox._live))
+        print(json.dumps(sorted(sandbox._live_pids())), flush=True)
+        if mode == "exception":
+            os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt, caught below: the process goes on
+
+    threading.Thread(target=announce, daemon=True).start()
+    try:
+        results = run_many([job] * 6, workers=2)
+        print(json.dumps([r.verdict.value for r in results]), flush=True)
+    except KeyboardInterrupt:
+        print(json.dumps({"interrupted": sorted(sandbox._live), "alive": [p for p in announced if alive(p)]}), flush=True)
+        if mode == "exception":
+            sys.exit(0)
+        raise
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended (its reaping is up to its parent)
+
+
+def start(mode: str):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        pytest.fail("the script printed nothing: " + proc.stderr.read()[-2000:])
+    pids = json.loads(line)
+    assert len(pids) == 5 and all(alive(p) for p in pids)  # the launcher + two judges + two candidates
+    return proc, pids
+
+
+def assert_all_end(pids, within: float = 15.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if alive(p)]
+
+
+def test_normal_end():
+    proc, pids = start("normal")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out.splitlines()[-1]) == ["passed"] * 6
+    assert_all_end(pids)
+
+
+def test_exception_in_the_middle_of_run_many():
+    proc, pids = start("exception")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    # when the exception reached the caller, every run's processes had been killed and reaped
+    assert json.loads(out.splitlines()[-1]) == {"interrupted": [], "alive": []}
+    assert_all_end(pids)
+
+
+@pytest.mark.parametrize("sig, mode", [(signal.SIGINT, "plain"), (signal.SIGTERM, "plain"), (signal.SIGTERM, "term-handler")],
+                         ids=["SIGINT", "SIGTERM", "SIGTERM-handler"])
+def test_signals(sig, mode):
+    proc, pids = start(mode)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert_all_end(pids)
