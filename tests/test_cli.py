@@ -79,3 +79,78 @@ def test_estimators_lists_all():
     assert result.exit_code == 0
     for name in ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo"]:
         assert name in result.output
+
+
+def write_rows(path, *rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def one_error_line(result) -> str:
+    """The error of a failed command: exit 2, exactly one line on stderr, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()  # notes (the schema read) may come first
+    assert lines and lines[-1].startswith("error: "), result.stderr
+    assert [line for line in lines if line.startswith("error")] == lines[-1:], result.stderr
+    return lines[-1]
+
+
+def test_option_values_are_yaml_numbers(tmp_path):
+    src = tmp_path / "batch.jsonl"
+    write_batch(src)
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=1e-5", "--out", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 0, result.output
+    import mrgrpo
+    from mrgrpo.rollouts import read_reward_jsonl
+
+    batch = read_reward_jsonl(src)
+    expected = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, "grpo", eps=1e-5).tolist()
+    got = [json.loads(line)["advantage_grpo"] for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert got == expected
+    assert "eps must be a finite number" in one_error_line(runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=-1e-5"]))
+
+
+def test_all_estimators_without_ranges_says_which_were_skipped(tmp_path):
+    src = tmp_path / "batch.jsonl"
+    write_batch(src)
+    result = runner.invoke(app, ["advantages", str(src)])
+    assert result.exit_code == 0, result.output
+    assert "skipped sa_corr_grpo, sa_mrpo: they need each component's range (--ranges" in result.stderr
+
+
+def test_jsonl_schema_is_printed_and_components_are_checked(tmp_path):
+    src = write_rows(
+        tmp_path / "b.jsonl",
+        {"group_id": "a", "c": 1, "ok": True, "step": 1},
+        {"group_id": "a", "c": 0, "ok": False, "step": 1},
+        {"group_id": "b", "c": 1, "step": 2},
+        {"group_id": "b", "c": 0, "ok": True, "step": 2},
+    )
+    message = one_error_line(runner.invoke(app, ["diagnose", str(src)]))
+    assert "b.jsonl:3: component 'ok' is missing" in message and "--allow-missing" in message
+    result = runner.invoke(app, ["diagnose", str(src), "--allow-missing", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["names"] == ["c", "ok"]  # booleans read as 0/1, `step` left out
+    assert "components (the union" in result.stderr and "step (metadata" in result.stderr
+    message = one_error_line(runner.invoke(app, ["advantages", str(src), "--components", "c,x"]))
+    assert "component(s) ['x'] appear in no line" in message
+
+
+def test_user_errors_never_print_a_traceback_but_debug_does(tmp_path):
+    missing = tmp_path / "missing.jsonl"
+    assert "no such file" in one_error_line(runner.invoke(app, ["diagnose", str(missing)]))
+    assert "unknown estimator 'nope'" in one_error_line(runner.invoke(app, ["advantages", str(missing), "-e", "nope"]))
+    result = runner.invoke(app, ["--debug", "diagnose", str(missing)])
+    assert result.exit_code != 0 and type(result.exception).__name__ == "InputError"
+
+
+def test_the_console_script_prints_one_line_and_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    src = write_rows(tmp_path / "b.jsonl", {"group_id": "a", "r": 1}, {"group_id": "a", "r": "x"})
+    done = subprocess.run([sys.executable, "-m", "mrgrpo.cli", "advantages", str(src)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in done.stderr and "b.jsonl:2: field 'r'" in done.stderr

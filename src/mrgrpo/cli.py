@@ -123,7 +123,10 @@ def _estimator_names(text: str) -> list[str]:
     if not names:
         _fail(f"--estimator: no estimator named in {text!r}; give names separated by commas, or 'all'")
     for name in names:
-        mrgrpo.get_estimator(name)  # unknown names: one line listing the available ones
+        try:
+            mrgrpo.get_estimator(name)
+        except ValueError as error:  # unknown name: one line listing the available ones
+            raise UserError(str(error)) from None
     return list(dict.fromkeys(names))
 
 
@@ -188,11 +191,11 @@ def advantages(
         return
     if file is None:
         _fail("give a JSONL file of rollouts or --example NAME")
-    batch = _read_batch(file, group_field, components, allow_missing)
+    names = _estimator_names(estimator)
     w = _parse_floats(weights, "--weights")
     reward_ranges = _parse_ranges(ranges)
     options = _parse_options(option)
-    names = _estimator_names(estimator)
+    batch = _read_batch(file, group_field, components, allow_missing)
     columns: dict[str, list[float]] = {}
     skipped = []
     try:

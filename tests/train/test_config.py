@@ -108,3 +108,80 @@ def test_cli_reports_config_errors_with_exit_code_2(tmp_path):
     assert result.exit_code == 2 and "no config.yaml" in result.output
     result = runner.invoke(app, ["train", "--estimator", "nope"])
     assert result.exit_code == 2 and "unknown estimator 'nope'" in result.output
+
+
+def test_numbers_read_as_numbers_in_config_files_and_set(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: tiny\nestimator: grpo\nestimator_options: {eps: 1e-5}\ntrainer: {learning_rate: 5e-4}\n")
+    config = load_config(path, ["trainer.max_grad_norm=1E+1", "rewards.weights.correctness=.5"])
+    assert config.trainer["learning_rate"] == 5e-4 and isinstance(config.trainer["learning_rate"], float)
+    assert config.estimator_options == {"eps": 1e-5} and config.trainer["max_grad_norm"] == 10.0
+    assert config.rewards.weights == {"correctness": 0.5}
+    assert parse_value("010") == 10 and parse_value("1:20") == "1:20" and parse_value("yes") == "yes"
+
+
+def test_types_are_not_guessed():
+    assert "max_steps: Input should be a valid integer, got True" in _error({"max_steps": True})
+    assert "max_steps" in _error({"max_steps": "8"})
+    assert "max_wall_seconds: Input should be a finite number" in _error({"max_wall_seconds": float("inf")})
+
+
+def test_trainer_type_errors_are_one_line_naming_the_key():
+    message = _error({"trainer": {"per_device_train_batch_size": "eight"}})
+    assert "\n" not in message
+    assert "trainer.per_device_train_batch_size: input should be a valid integer" in message and "'eight'" in message
+    assert "drop the quotes" in _error({"trainer": {"learning_rate": "1e-5"}})
+    assert "expected true or false, got 'yes'" in _error({"trainer": {"bf16": "yes"}})
+    assert "trainer.learning_rate is NaN" in _error({"trainer": {"learning_rate": float("nan")}})
+
+
+def test_estimator_option_values_are_checked_with_the_config():
+    assert "estimator_options: grpo: scale must be one of" in _error({"estimator": "grpo", "estimator_options": {"scale": "grup"}})
+    assert "eps must be a finite number >= 0, got -1" in _error({"estimator": "corr_grpo", "estimator_options": {"eps": -1}})
+    assert "gamma" in _error({"estimator": "sa_mrpo", "estimator_options": {"gamma": "half"}})
+    validate_config({"estimator": "sa_corr_grpo", "estimator_options": {"gamma": 1, "shrinkage": "auto"}})
+
+
+def test_a_model_path_that_does_not_exist_lists_the_presets(tmp_path):
+    message = _error({"model": str(tmp_path / "no-such-model")})
+    assert f"the directory {tmp_path / 'no-such-model'} does not exist" in message and "tiny, smollm2" in message
+    assert "is a file" in _error({"model": __file__})
+    validate_config({"model": str(tmp_path)})  # an existing directory
+    validate_config({"model": "Qwen/Qwen2.5-0.5B-Instruct"})  # a hub id: accepted for users with hub access
+
+
+def test_a_hub_id_that_cannot_be_loaded_is_one_line(monkeypatch):
+    from mrgrpo.train.presets import load_model
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network in tests
+    with pytest.raises(ConfigError, match=r"could not be loaded as a hub id \(no such local directory\).*presets: tiny"):
+        load_model("no-such-org/no-such-model")
+
+
+def test_the_train_command_refuses_bad_configs_before_any_model_loads(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    import mrgrpo.train.presets as presets
+    from mrgrpo.train.commands import register
+
+    monkeypatch.setattr(presets, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    app = typer.Typer()
+    register(app)
+    path = tmp_path / "run.yaml"
+    for text, expected in [
+        ("model: tiny\nestimator: grpo\nestimator_options: {eps: -1e-5}\n", "eps must be a finite number"),
+        ("model: tiny\ntrainer: {per_device_train_batch_size: eight}\n", "per_device_train_batch_size"),
+        ("model: ./no/such/dir\n", "does not exist"),
+        ("model: tiny\ntrainer: {learning_rate: [1e-5\n", "not valid YAML"),
+    ]:
+        path.write_text(text)
+        result = CliRunner().invoke(app, ["train", "-c", str(path), "--out", str(tmp_path / "run")])
+        assert result.exit_code == 2, result.output
+        assert expected in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    path.write_text("model: tiny\nestimator_options: {eps: 1e-5}\ntrainer: {learning_rate: 5e-4}\n")
+    result = CliRunner().invoke(app, ["train", "-c", str(path), "--check"])
+    assert result.exit_code == 0 and yaml.safe_load(result.stdout)["trainer"]["learning_rate"] == 5e-4
