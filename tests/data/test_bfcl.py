@@ -15,7 +15,10 @@ def small():
 
 
 def test_each_category_loads_its_own_file(small):
-    assert small["category"] == ["simple_python"] * 3 + ["multiple"] * 3 + ["parallel"] * 3 + ["parallel_multiple"] * 3
+    from mrgrpo.data.bfcl import CATEGORIES
+
+    assert small["category"] == [c for c in CATEGORIES for _ in range(3)]
+    assert "live_simple" in CATEGORIES and "live_parallel_multiple" in CATEGORIES
     assert [i.rsplit("_", 1)[0] for i in small["id"]] == small["category"]
 
 

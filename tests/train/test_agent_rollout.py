@@ -228,8 +228,9 @@ def test_tiny_training_run_on_agentdojo_writes_run_files(tmp_path):
         "name": "agentdojo",
         "size": 4,
         "eval_size": 2,
-        "options": {"suites": ["banking"], "system_prompt": "Call tools as <tool_call>[...]</tool_call>.",
-                    "max_turns": 2, "max_turn_tokens": 16, "max_tool_chars": 100},
+        "system_prompt": "Call tools as <tool_call>[...]</tool_call>.",
+        "few_shot": 0,
+        "options": {"suites": ["banking"], "max_turns": 2, "max_turn_tokens": 16, "max_tool_chars": 100},
     }
     config = validate_config(tiny_config(
         task=task, rewards={"suite": "agent", "options": {"workers": 2}}, max_steps=2, save_steps=2,

@@ -31,8 +31,19 @@ from datasets import Dataset
 
 from mrgrpo.rewards.tool_call import instruction
 
-CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
+CATEGORIES = (
+    "simple_python", "multiple", "parallel", "parallel_multiple",
+    "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
+)
 ALIASES = {"simple": "simple_python"}
+# Categories BFCL ships that this loader does not read, and why (named in the error).
+UNSUPPORTED = {
+    "simple_java": "Java type semantics", "simple_javascript": "JavaScript type semantics",
+    "irrelevance": "no expected call", "live_irrelevance": "no expected call", "live_relevance": "no expected call",
+    "multi_turn_base": "multi-turn", "multi_turn_long_context": "multi-turn", "multi_turn_miss_func": "multi-turn",
+    "multi_turn_miss_param": "multi-turn", "memory": "multi-turn with memory", "web_search": "multi-turn with search",
+    "format_sensitivity": "no expected call",
+}
 _JSON_SCHEMA_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
 
 
@@ -74,17 +85,17 @@ def openai_tool(function: Mapping[str, Any]) -> dict:
     return {"type": "function", "function": convert(dict(function))}
 
 
-def load_bfcl(
+def bfcl_records(
     categories: Sequence[str] = CATEGORIES,
     data_dir: str | None = None,
     think: bool = True,
     limit: int | None = None,
-) -> Dataset:
-    """BFCL items of ``categories`` as a GRPO dataset (see the module docstring for columns).
+) -> list[dict[str, Any]]:
+    """BFCL items of ``categories`` as row dicts (see the module docstring for the columns).
 
     Args:
-        categories: BFCL category names (``"simple"`` = ``"simple_python"``); single-turn
-            categories with possible answers (the Python AST ones) are supported.
+        categories: BFCL category names (``"simple"`` = ``"simple_python"``): the single-turn
+            Python AST ones with possible answers, :data:`CATEGORIES` (``live_*`` included).
         data_dir: a directory with the BFCL files; the installed ``bfcl-eval`` data by default.
         think: the prompt asks for ``<think>…</think>`` before the call block.
         limit: at most this many items per category (the first ones).
@@ -92,6 +103,12 @@ def load_bfcl(
     directory = data_dir or bfcl_data_dir()
     records = []
     for category in (ALIASES.get(c, c) for c in categories):
+        if category not in CATEGORIES:
+            why = UNSUPPORTED.get(category)
+            raise ValueError(
+                f"BFCL category {category!r} is not supported" + (f" ({why})" if why else "")
+                + f"; supported: {', '.join(CATEGORIES)} (simple = simple_python)"
+            )
         path = _category_file(directory, category)
         questions = _read_jsonl(path)
         answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(os.path.join(directory, "possible_answer", os.path.basename(path)))}
@@ -99,9 +116,13 @@ def load_bfcl(
             turns = item["question"]
             if len(turns) != 1:
                 raise ValueError(f"{item['id']}: multi-turn items are not supported")
+            messages = [dict(m) for m in turns[0]]
+            system = instruction(item["function"], think)
+            if messages and messages[0].get("role") == "system":  # live_* items may carry their own system line
+                system = messages.pop(0)["content"] + "\n\n" + system
             records.append(
                 {
-                    "prompt": [{"role": "system", "content": instruction(item["function"], think)}, *turns[0]],
+                    "prompt": [{"role": "system", "content": system}, *messages],
                     "functions": json.dumps(item["function"], ensure_ascii=False),
                     "tools": json.dumps([openai_tool(f) for f in item["function"]], ensure_ascii=False),
                     "ground_truth": json.dumps(answers[item["id"]], ensure_ascii=False),
@@ -109,4 +130,14 @@ def load_bfcl(
                     "category": category,
                 }
             )
-    return Dataset.from_list(records)
+    return records
+
+
+def load_bfcl(
+    categories: Sequence[str] = CATEGORIES,
+    data_dir: str | None = None,
+    think: bool = True,
+    limit: int | None = None,
+) -> Dataset:
+    """:func:`bfcl_records` as a ``datasets.Dataset``."""
+    return Dataset.from_list(bfcl_records(categories, data_dir, think, limit))

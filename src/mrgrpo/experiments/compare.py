@@ -148,22 +148,30 @@ def _normalize(values: dict[str, float | None], names: list[str], ranges: list[t
 
 
 def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConfig) -> dict[str, Any]:
-    """Sampled generations of the run's final model on the held-out prompts, scored by the suite."""
+    """Sampled generations of the run's final model on the held-out prompts, scored by the suite.
+
+    Single-turn tasks only (the task registry says which); a multi-turn task's runs are compared
+    on their training curves (``curve``/``end``)."""
+    from mrgrpo.tasks.prepare import model_context
+    from mrgrpo.tasks.registry import resolve
     from mrgrpo.train.evaluate import _render, generate
     from mrgrpo.train.job import last_checkpoint
     from mrgrpo.train.presets import load_model
-    from mrgrpo.train.tasks import build_dataset
 
+    task, spec = resolve(config.task)
     checkpoint = last_checkpoint(run_dir)
-    if checkpoint is None or config.task.eval_size == 0:
+    if checkpoint is None or config.task.eval_size == 0 or task.rollout != "single_turn":
         return {}
     loaded = load_model(str(checkpoint))
-    dataset = build_dataset(config.task, "eval", chat=loaded.chat)
+    dataset = task.rows(spec, "eval", chat=loaded.chat)
     if experiment.eval.limit is not None:
         dataset = dataset.select(range(min(experiment.eval.limit, len(dataset))))
-    prompts = [_render(p, loaded.tokenizer, loaded.chat) for p in dataset["prompt"]]
     samples = experiment.eval.samples
     max_new = experiment.eval.max_new_tokens or int(config.trainer.get("max_completion_length", 64))
+    context = model_context(loaded.model, loaded.tokenizer)
+    if context is not None:  # the task's prompt rule, as in training
+        dataset, _ = task.fit(dataset, loaded.tokenizer, loaded.chat, context - max_new, task.resolve_options(spec.options))
+    prompts = [_render(p, loaded.tokenizer, loaded.chat) for p in dataset["prompt"]]
     import torch
 
     with torch.random.fork_rng(devices=[]):

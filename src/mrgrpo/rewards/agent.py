@@ -1,6 +1,6 @@
 """Agent reward suite on AgentDojo: ``utility``, ``security``, ``format`` (CorrGRPO's agent domain).
 
-A rollout is a multi-turn episode (see :mod:`mrgrpo.train.agent_rollout`): each assistant turn
+A rollout is a multi-turn episode (see :mod:`mrgrpo.tasks.episodes`): each assistant turn
 either calls tools with the ``tool_call`` suite's block format,
 ``<tool_call>[{"name": ..., "arguments": {...}}]</tool_call>`` (several blocks allowed), or
 answers in plain text, which ends the episode. Its record, the column ``agent_trace`` (JSON),
@@ -141,8 +141,23 @@ def _pool(workers: int) -> ProcessPoolExecutor:
             _POOL.shutdown(cancel_futures=True)
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-        _POOL, _POOL_WORKERS = ProcessPoolExecutor(max_workers=workers, mp_context=context), workers
+        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_die_with_parent)
+        _POOL_WORKERS = workers
     return _POOL
+
+
+def _die_with_parent() -> None:
+    """Pool worker initializer: on Linux, the kernel kills the worker when the process that
+    started it dies, even by SIGKILL, so no worker outlives its job (or holds its stdout)."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
 
 
 def shutdown_pool() -> None:

@@ -1,16 +1,23 @@
-"""``mrgrpo eval``: generate with a model and score with a task's reward suite.
+"""``mrgrpo eval``: generate with a model and score with a task's reward suite, for every registered task.
 
-* ``math``: accuracy (the suite's ``correctness``) on the held-out split of a run's task
-  (the run's ``config.yaml`` when ``--model`` is a run or checkpoint, else ``--config``, else
-  the embedded demo task).
-* ``humaneval``: pass@1 (and pass@k for k ≤ N samples) with the ``code`` suite's ``pass``
-  component, which runs the code in the sandbox (never in this process).
-* ``bfcl``: all-exact (the ``tool_call`` suite's ``all_exact``) on BFCL's Python AST categories.
+The task comes from the registry (:mod:`mrgrpo.tasks`), which also says how it is evaluated:
+
+* single-turn tasks (``math``, ``qa``, ``humaneval``, ``code``, ``bfcl``): the task's test split,
+  generated and scored with its default suite; the task's ``eval_metric`` component (math
+  ``correctness``, code ``pass`` run in the sandbox, never in this process, BFCL ``all_exact``)
+  counts as a success for pass@k, and every component is averaged;
+* multi-turn tasks (``agentdojo``, ``asb``): the task's own episode evaluation (utility, attack
+  success rate, ...).
+
+The task's settings (options, seed, split sizes, worked examples) are the run's ``config.yaml``
+when ``--model`` is a run or checkpoint, else ``--config``, else the embedded demo config, when
+that config's task is the one asked for; otherwise the task's defaults.
 
 ``--model`` takes a preset (``tiny``, ``smollm2``), a model directory or hub id, a training
 checkpoint, or a run directory (its last checkpoint), so a run can be compared with its start.
-Every suite component is averaged too. pass@k uses the unbiased estimator
-``1 - C(n-c, k) / C(n, k)`` (Chen et al., 2021) with n samples and c successes per problem.
+Prompts longer than the model's context minus the generation length follow the task's prompt
+rule (the count is reported). pass@k uses the unbiased estimator ``1 - C(n-c, k) / C(n, k)``
+(Chen et al., 2021) with n samples and c successes per problem.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from mrgrpo.tasks.base import Task, TaskSpec, plain_text
+from mrgrpo.tasks.registry import available_tasks, resolve
 from mrgrpo.train.config import ConfigError, TaskConfig
-
-TASKS = ("math", "humaneval", "bfcl", "agentdojo", "asb")
 
 
 @dataclass
@@ -33,6 +41,8 @@ class EvalTask:
     suite: Any
     metric: str  # the component whose value 1 counts as a success
     max_new_tokens: int
+    task: Task | None = None
+    spec: TaskSpec | None = None
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -58,54 +68,48 @@ def resolve_model(model: str) -> tuple[str, Path | None]:
     return model, None
 
 
-def _task_config(run_config: Path | None, config_path: Path | None) -> TaskConfig:
+def task_spec(task: str, run_config: Path | None = None, config_path: Path | None = None) -> tuple[Task, TaskSpec]:
+    """The task and its settings for ``mrgrpo eval --task`` (see the module docstring)."""
     from mrgrpo.train.config import load_config
     from mrgrpo.train.job import load_run_config
 
+    wanted, default_spec = resolve(TaskSpec(task))
     if config_path is not None:
-        return load_config(config_path).task
-    if run_config is not None:
-        return load_run_config(run_config.parent).task
-    return load_config(None).task
+        config = load_config(config_path)
+    elif run_config is not None:
+        config = load_run_config(run_config.parent)
+    else:
+        config = load_config(None)
+    configured, spec = resolve(config.task)
+    if configured.name == wanted.name and (task == wanted.name or TaskSpec.of(config.task).name == task):
+        return wanted, spec
+    return wanted, default_spec
 
 
 def build_eval_task(
-    task: str, tokenizer: Any, chat: bool, limit: int | None, task_config: TaskConfig | None = None
+    task: str, tokenizer: Any, chat: bool, limit: int | None, task_config: TaskConfig | TaskSpec | None = None
 ) -> EvalTask:
-    from mrgrpo.rewards import get_suite
+    """The test rows, suite and success metric of a single-turn task."""
+    from mrgrpo.tasks.prepare import build_suite
 
-    if task == "math":
-        from mrgrpo.train.tasks import build_dataset
-
-        config = task_config or TaskConfig()
-        dataset = build_dataset(config, "eval", chat=chat)
-        suite = get_suite("math", tokenizer=tokenizer)
-        max_new_tokens = 128
-        metric = "correctness"
-    elif task == "humaneval":
-        try:
-            from mrgrpo.data.humaneval import load_humaneval
-        except ImportError as error:
-            raise ConfigError(f"--task humaneval needs mrgrpo.data.humaneval and the code suite: {error}") from None
-        dataset = load_humaneval(chat=chat, limit=limit)
-        # efficiency/ast_similarity need reference runs; eval reports what decides pass@k
-        suite = get_suite("code", components=("format", "syntax", "compile", "run", "pass"))
-        max_new_tokens = 512
-        metric = "pass"
-    elif task == "bfcl":
-        from mrgrpo.data.bfcl import load_bfcl
-
-        dataset = load_bfcl()
-        suite = get_suite("tool_call")
-        max_new_tokens = 256
-        metric = "all_exact"
+    if task_config is not None:
+        found, spec = resolve(task_config)
+        if found.name != resolve(TaskSpec(task))[0].name:
+            raise ConfigError(f"--task {task}: the config's task is {found.name!r}")
     else:
-        raise ConfigError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
-    if metric not in suite.names:
-        raise ConfigError(f"suite {suite.name!r} has no {metric!r} component (it has {suite.names})")
+        found, spec = resolve(TaskSpec(task))
+    if found.rollout != "single_turn":
+        raise ConfigError(f"task {found.name!r} is multi-turn: evaluate it with run_eval")
+    options = found.resolve_options(spec.options)
+    rewards = SimpleNamespace(suite=found.suite, options={**found.suite_defaults(options), **found.eval_suite_options},
+                              components=list(found.eval_components) if found.eval_components else None, weights=None)
+    suite = build_suite(found, options, rewards, tokenizer)
+    dataset = found.rows(spec, "eval", chat)
+    if found.eval_metric not in suite.names:
+        raise ConfigError(f"suite {suite.name!r} has no {found.eval_metric!r} component (it has {suite.names})")
     if limit is not None:
         dataset = dataset.select(range(min(limit, len(dataset))))
-    return EvalTask(dataset, suite, metric, max_new_tokens)
+    return EvalTask(dataset, suite, found.eval_metric, found.eval_max_new_tokens, found, spec)
 
 
 def _render(prompt: Any, tokenizer: Any, chat: bool) -> str:
@@ -113,8 +117,6 @@ def _render(prompt: Any, tokenizer: Any, chat: bool) -> str:
         return prompt
     if chat:
         return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    from mrgrpo.train.tasks import plain_text
-
     return plain_text(prompt)
 
 
@@ -188,58 +190,73 @@ def run_eval(
 ) -> dict[str, Any]:
     """Generate and score; returns (and writes to ``out``) the JSON-ready result.
 
-    ``attack``: the AgentDojo attack for ``task="agentdojo"`` (see :mod:`mrgrpo.train.agent_rollout`);
-    for ``task="asb"`` the injection ``SETTING[:TEMPLATE]`` (see :mod:`mrgrpo.data.asb`)."""
+    ``attack``: the AgentDojo attack for ``task="agentdojo"``; for ``task="asb"`` the injection
+    ``SETTING[:TEMPLATE]`` (see :mod:`mrgrpo.tasks.asb`). Child processes started for scoring
+    are ended before it returns (:mod:`mrgrpo.train.children`)."""
+    from mrgrpo.train.children import reaped_children
+
+    with reaped_children():
+        return _run_eval(model, task, samples, limit, max_new_tokens, config_path, out, attack)
+
+
+def _run_eval(model, task, samples, limit, max_new_tokens, config_path, out, attack) -> dict[str, Any]:
+    from mrgrpo.tasks.episodes import model_policy
+    from mrgrpo.tasks.prepare import model_context
     from mrgrpo.train.presets import load_model
 
-    if task not in TASKS:
-        raise ConfigError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    try:
+        resolve(TaskSpec(task))
+    except ConfigError:
+        raise ConfigError(f"--task must be one of {', '.join(available_tasks())}, got {task!r}") from None
     started = time.monotonic()
     loadable, run_config = resolve_model(model)
+    found, spec = task_spec(task, run_config, config_path)
     try:
         loaded = load_model(loadable)
     except OSError as error:
         raise ConfigError(f"--model {model}: {error}") from None
-    if task in ("agentdojo", "asb"):
-        if task == "agentdojo":
-            from mrgrpo.train.agent_rollout import run_agentdojo_eval
+    if found.rollout != "single_turn":
+        def policy_factory(n: int) -> Any:
+            return model_policy(loaded.model, loaded.tokenizer, loaded.chat, n)
 
-            result = run_agentdojo_eval(loaded, model, attack=attack, limit=limit, max_new_tokens=max_new_tokens)
-        else:
-            from mrgrpo.data.asb import run_asb_eval
-
-            result = run_asb_eval(loaded, model, attack=attack, limit=limit, max_new_tokens=max_new_tokens)
+        result = {"model": model, "task": found.name,
+                  **found.evaluate(policy_factory, spec, loaded, attack, limit, max_new_tokens)}
         result.update(loaded=loadable, seconds=round(time.monotonic() - started, 1))
-        if out is not None:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(result, indent=2))
+        _write(out, result)
         return result
-    task_config = _task_config(run_config, config_path) if task == "math" else None
-    eval_task = build_eval_task(task, loaded.tokenizer, loaded.chat, limit, task_config)
+    eval_task = build_eval_task(found.name, loaded.tokenizer, loaded.chat, limit, spec)
+    new_tokens = max_new_tokens or eval_task.max_new_tokens
+    context = model_context(loaded.model, loaded.tokenizer)
+    dropped = 0
+    if context is not None:
+        options = found.resolve_options(spec.options)
+        limit_tokens = min([context - new_tokens] + ([options["max_prompt_length"]] if options.get("max_prompt_length") else []))
+        eval_task.dataset, fit = found.fit(eval_task.dataset, loaded.tokenizer, loaded.chat, limit_tokens, options)
+        dropped = fit.dropped
     prompts = [_render(p, loaded.tokenizer, loaded.chat) for p in eval_task.dataset["prompt"]]
-    completions = generate(
-        loaded.model, loaded.tokenizer, prompts, samples, max_new_tokens or eval_task.max_new_tokens
-    )
+    completions = generate(loaded.model, loaded.tokenizer, prompts, samples, new_tokens)
     scored = score(eval_task, completions)
     result = {
         "model": model,
         "loaded": loadable,
-        "task": task,
+        "task": found.name,
         "metric": eval_task.metric,
         "samples": samples,
         "problems": len(prompts),
+        "prompts_dropped": dropped,
         **scored,
         "seconds": round(time.monotonic() - started, 1),
         "examples": [{"prompt": prompts[i][-300:], "completion": completions[i][0]} for i in range(min(3, len(prompts)))],
     }
-    if task == "math":
-        result["metrics"]["accuracy"] = scored["components"]["correctness"]
-    if task == "bfcl":
-        result["metrics"]["all_exact"] = scored["components"]["all_exact"]
+    result["metrics"][eval_task.metric] = scored["components"][eval_task.metric]
+    _write(out, result)
+    return result
+
+
+def _write(out: Path | None, result: dict[str, Any]) -> None:
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2))
-    return result
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -250,7 +267,7 @@ def print_table(result: dict[str, Any]) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, value in result["metrics"].items():
-        table.add_row(name, f"{value:.3f}")
+        table.add_row(name, "–" if value is None else f"{value:.3f}")
     for name, value in result["components"].items():
         table.add_row(f"mean {name}", "–" if value is None else f"{value:.3f}")
     table.add_row("seconds", f"{result['seconds']:.1f}")

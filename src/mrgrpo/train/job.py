@@ -95,24 +95,34 @@ def grpo_config(config: TrainConfig, run_dir: Path) -> Any:
 
 
 def build_suite(config: TrainConfig, tokenizer: Any) -> Any:
-    """The reward suite of ``config.rewards`` (``tokenizer`` given to suites that count tokens)."""
-    from mrgrpo.rewards import get_suite
-    from mrgrpo.rewards.base import _SUITES, _import_builtin_suites
+    """The reward suite of ``config.rewards`` for the run's task (``tokenizer`` given to suites that
+    count tokens); the task registry resolves the task and checks the suite's options."""
+    from mrgrpo.tasks.prepare import build_suite as task_suite
+    from mrgrpo.tasks.registry import resolve
 
-    options = dict(config.rewards.options)
-    _import_builtin_suites()
-    factory = _SUITES.get(config.rewards.suite)
-    if factory is not None and "tokenizer" in inspect.signature(factory).parameters:
-        options.setdefault("tokenizer", tokenizer)
+    task, spec = resolve(config.task)
+    return task_suite(task, task.resolve_options(spec.options), config.rewards, tokenizer)
+
+
+def policy_chat(model: str, tokenizer: Any) -> bool:
+    """Whether the policy's prompts are chat messages, known from its tokenizer before the model loads
+    (as :func:`mrgrpo.train.presets.load_model` decides it: the ``tiny`` preset never is)."""
+    return model != "tiny" and getattr(tokenizer, "chat_template", None) is not None
+
+
+def prepare_task(config: TrainConfig, split: str = "train") -> Any:
+    """The run's task, suite and rows, checked before any model is loaded (:func:`mrgrpo.tasks.prepare.prepare`)."""
+    from mrgrpo.tasks.prepare import prepare
+    from mrgrpo.train.presets import load_tokenizer
+
     try:
-        suite = get_suite(config.rewards.suite, **options)
-        if config.rewards.components is not None:
-            suite = suite.select(config.rewards.components)
-        if config.rewards.weights is not None:
-            suite = suite.with_weights(config.rewards.weights)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"rewards: {error}") from None
-    return suite
+        tokenizer = load_tokenizer(config.model)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"model {config.model!r}: cannot load its tokenizer: {error}") from None
+    prepared = prepare(config.task, config.rewards, tokenizer, policy_chat(config.model, tokenizer), split)
+    if config.rewards.suite != prepared.suite.name:  # the config named no suite: record the task's
+        config.rewards.suite = prepared.suite.name
+    return prepared
 
 
 def run_train(
@@ -123,7 +133,24 @@ def run_train(
     extra_callbacks: list[Any] | None = None,
     quiet: bool = False,
 ) -> RunResult:
-    """Train as configured; returns where the run lives and why it stopped."""
+    """Train as configured; returns where the run lives and why it stopped.
+
+    The task and reward suite are checked before the model loads (:func:`prepare_task`); every
+    child process the run starts is ended on every way out (:mod:`mrgrpo.train.children`)."""
+    from mrgrpo.train.children import reaped_children
+
+    with reaped_children():
+        return _run_train(config, out, resume, job_started, extra_callbacks, quiet)
+
+
+def _run_train(
+    config: TrainConfig,
+    out: str | Path | None = None,
+    resume: str | Path | None = None,
+    job_started: float | None = None,
+    extra_callbacks: list[Any] | None = None,
+    quiet: bool = False,
+) -> RunResult:
     from rich.console import Console
     from transformers import PrinterCallback
     from transformers import ProgressCallback as HFProgressCallback
@@ -131,7 +158,7 @@ def run_train(
     from mrgrpo.train.callbacks import ProgressCallback, RunLogCallback, StopCallback, truncate_jsonl
     from mrgrpo.train.presets import load_model
     from mrgrpo.train.report import write_report
-    from mrgrpo.train.tasks import build_dataset
+    from mrgrpo.tasks.prepare import fit_prompts, model_context
     from mrgrpo.train.trainer import MultiRewardGRPOTrainer
 
     import datasets
@@ -139,6 +166,7 @@ def run_train(
     job_started = time.monotonic() if job_started is None else job_started
     datasets.disable_progress_bars()
     console = Console(stderr=True, quiet=quiet, soft_wrap=True)
+    prepared = prepare_task(config)  # bad pairings fail here, before a run directory or model exists
     checkpoint: Path | None = None
     if resume is not None:
         run_dir = Path(resume)
@@ -164,21 +192,26 @@ def run_train(
 
     console.print(f"loading model {config.model!r} ...")
     loaded = load_model(config.model, seed=config.seed, **config.model_kwargs)
-    suite = build_suite(config, loaded.tokenizer)
-    try:
-        dataset = build_dataset(config.task, "train", chat=loaded.chat)
-    except ValueError as error:
-        raise ConfigError(f"task: {error}") from None
+    if loaded.chat != prepared.chat:  # the preset decided otherwise: rebuild the rows
+        prepared.dataset = prepared.task.rows(prepared.spec, "train", chat=loaded.chat)
+    suite = prepared.suite
+    fit = fit_prompts(prepared, loaded.tokenizer, loaded.chat, model_context(loaded.model, loaded.tokenizer),
+                      args.max_completion_length or 0)
+    dataset = prepared.dataset
+    if fit is not None:
+        console.print(fit.line(prepared.task.name))
 
     stop = StopCallback(config.max_wall_seconds, job_started)
     log_cb = RunLogCallback(run_dir, purge_step=resumed_step + 1 if resumed_step else None)
     progress = ProgressCallback(suite.names, stop, console=console)
     rollout_log = RolloutLogger(run_dir)  # every step's reward batch, for `mrgrpo analyze`
     trainer_class, task_kwargs = MultiRewardGRPOTrainer, {}
-    if config.task.name == "agentdojo":  # multi-turn rollouts: a trainer with a rollout_func
-        from mrgrpo.train.agent_rollout import trainer_setup
+    if prepared.task.rollout == "multi_turn":  # the task's environment answers between turns
+        from mrgrpo.train.agent_rollout import AgentRollout, _trainer_class
 
-        trainer_class, task_kwargs = trainer_setup(dict(config.task.options))
+        rollout_options = {k: prepared.options[k] for k in prepared.task.rollout_options}
+        trainer_class = _trainer_class()
+        task_kwargs = {"rollout": AgentRollout(**rollout_options, episode_factory=prepared.task.episode)}
     trainer = trainer_class(
         **task_kwargs,
         model=loaded.model,

@@ -72,7 +72,7 @@ def build_tokenizer() -> Any:
 
 
 def build_model(tokenizer: Any, seed: int = 0) -> Any:
-    """A randomly initialized 4-layer Qwen2 (hidden 64) sized to ``tokenizer``."""
+    """A randomly initialized 4-layer Qwen2 (hidden 64, 2048 positions) sized to ``tokenizer``."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -83,7 +83,7 @@ def build_model(tokenizer: Any, seed: int = 0) -> Any:
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=2048,  # RoPE: no parameters; room for tool-listing prompts (AgentDojo, BFCL)
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -1,0 +1,171 @@
+"""AgentDojo (``agentdojo``): multi-turn tool use in AgentDojo's environments, under prompt-injection attacks.
+
+Rows come from :func:`mrgrpo.data.agentdojo.load_agentdojo` (one per benign or attacked item);
+the rollout is multi-turn (:mod:`mrgrpo.tasks.episodes`): the environment runs each tool call.
+The ``agent`` suite scores utility (AgentDojo's check), security (the injection not obeyed)
+and format. Split: by user task, per suite a seeded shuffle (``test_fraction`` of the user tasks
+are test); no user task is in both splits. ``size``/``eval_size``: a seeded sample of rows.
+
+Prompt rule ``compact``: the system message lists the suite's tools; a prompt longer than the
+policy's context is rebuilt with one line per tool (``tools_in_prompt: compact``), then without
+the listing (``none``, for chat templates that render the ``tools`` column), and dropped if it
+still does not fit (the count is logged). AgentDojo's workspace suite lists ~40 tools: with full
+JSON schemas its prompts are 11-14k tokens, far beyond a small model's context.
+
+Evaluation (``mrgrpo eval --task agentdojo``): benign utility, utility under attack and attack
+success rate per suite and overall (:func:`evaluate_agentdojo`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mrgrpo.data.agentdojo import AgentItem
+from mrgrpo.errors import ConfigError
+from mrgrpo.tasks.base import Option, Task, TaskSpec, plain_text
+from mrgrpo.tasks.episodes import DEFAULT_MAX_TURNS, Episode, Policy, episode_for, run_episodes
+from mrgrpo.tasks.registry import register_task
+
+ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars")
+
+
+class AgentDojoTask(Task):
+    name = "agentdojo"
+    domain = "agent"
+    description = "AgentDojo tool-use agents (workspace, travel, banking, slack) under prompt injection; multi-turn"
+    columns = ("suite", "user_task", "injection_task", "attack", "version", "injections", "tools")
+    suite = "agent"
+    options = {
+        "suites": Option(["workspace", "travel", "banking", "slack"], "AgentDojo suites"),
+        "attack": Option("important_instructions_no_names", "AgentDojo attack of the attacked items"),
+        "benign": Option(True, "include one benign item per user task"),
+        "attacked": Option(True, "include one item per (user task, injection task)"),
+        "version": Option("v1.2.2", "AgentDojo benchmark version"),
+        "test_fraction": Option(0.25, "share of each suite's user tasks held out for eval"),
+        "tools_in_prompt": Option("full", "full (JSON schemas) | compact (one line per tool) | none"),
+        "max_turns": Option(4, "assistant turns per training episode"),
+        "max_turn_tokens": Option(128, "new tokens per turn"),
+        "max_tool_chars": Option(1000, "tool results cut to this many characters (null: never)"),
+    }
+    ground_truth = "user_task"
+    rollout = "multi_turn"
+    rollout_options = ROLLOUT_OPTIONS
+    eval_metric = "attack_success_rate"
+    prompt_rule = "compact"
+    few_shot = False
+    split = "by user task: per suite a seeded shuffle, first test_fraction of user tasks = test"
+
+    def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
+        from mrgrpo.data.agentdojo import load_agentdojo
+
+        loader = {k: v for k, v in options.items() if k not in (*ROLLOUT_OPTIONS, "max_prompt_length")}
+        size = spec.size_of(split)
+        try:
+            splits = load_agentdojo(**loader, seed=spec.seed, limit=size, system_prompt=spec.system_prompt)
+        except (ValueError, KeyError) as error:
+            raise ConfigError(f"task agentdojo: {error}") from None
+        return splits["train" if split == "train" else "test"]
+
+    def shorten(self, row: dict[str, Any], options: dict[str, Any], chat: bool, attempt: int = 0) -> dict[str, Any] | None:
+        from mrgrpo.data.agentdojo import item_row
+
+        order = ["full", "compact", "none"] if chat else ["full", "compact"]  # plain text: nothing renders `tools`
+        current = options["tools_in_prompt"]
+        shorter = order[order.index(current) + 1 :] if current in order else []
+        if attempt >= len(shorter):
+            return None
+        short = item_row(AgentItem.from_columns(row), shorter[attempt])
+        if not chat:
+            short["prompt"] = plain_text(short["prompt"])
+        return short
+
+    def reference(self, row: dict[str, Any]) -> str | None:
+        return "I could not complete the task."
+
+    def episode(self, row: dict[str, Any], max_turns: int, max_tool_chars: int | None) -> Episode:
+        return episode_for(row, max_turns, max_tool_chars)
+
+    def evaluate(self, policy_factory: Any, spec: TaskSpec, loaded: Any, attack: str | None, limit: int | None,
+                 max_new_tokens: int | None) -> dict[str, Any]:
+        from mrgrpo.data.agentdojo import DEFAULT_ATTACK, load_attack_names
+
+        attack = attack or DEFAULT_ATTACK
+        if attack not in load_attack_names():
+            raise ConfigError(f"--attack {attack!r}: unknown; AgentDojo's attacks: {', '.join(load_attack_names())}")
+        options = self.resolve_options(spec.options)
+        policy = policy_factory(max_new_tokens or 256)
+        report = evaluate_agentdojo(policy, options["suites"], attack, "test", limit, DEFAULT_MAX_TURNS,
+                                    "compact" if not loaded.chat else options["tools_in_prompt"], seed=spec.seed)
+        metrics = {f"{suite}/{name}": value for suite, row in report["suites"].items() for name, value in row.items()}
+        problems = report["suites"]["overall"]["benign_items"] + report["suites"]["overall"]["attacked_items"]
+        return {"metric": self.eval_metric, "samples": 1, "problems": problems, "metrics": metrics, "components": {},
+                **{k: v for k, v in report.items() if k != "suites"}, "suites": report["suites"]}
+
+
+def evaluate_agentdojo(
+    policy: Policy,
+    suites: Sequence[str] | None = None,
+    attack: str | None = None,
+    split: str | None = "test",
+    limit: int | None = None,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    tools_in_prompt: str = "full",
+    seed: int = 0,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Benign utility, utility under attack and attack success rate, per suite and overall.
+
+    Runs every benign item and every (user task, injection task) item with ``attack`` of the
+    ``split`` (``None``: all user tasks) through :func:`run_episodes` and scores the traces
+    with the ``agent`` suite's replay scoring (in parallel). ``limit``: at most this many
+    user tasks per suite. Rates are over items; ``overall`` pools all suites' items.
+    """
+    from mrgrpo.data import agentdojo as ad
+    from mrgrpo.rewards.agent import score_batch
+
+    started = time.monotonic()
+    suites = list(suites or ad.SUITES)
+    attack = attack or ad.DEFAULT_ATTACK
+    chosen: list[AgentItem] = []
+    for name in suites:
+        suite_items = ad.items([name], split, attack, version=ad.DEFAULT_VERSION, seed=seed)
+        if limit is not None:
+            keep = sorted({i.user_task for i in suite_items}, key=lambda t: int(t.rsplit("_", 1)[1]))[:limit]
+            suite_items = [i for i in suite_items if i.user_task in keep]
+        chosen.extend(suite_items)
+    rows = [ad.item_row(item, tools_in_prompt) for item in chosen]
+    episodes = run_episodes([episode_for(row, max_turns) for row in rows], policy)
+    jobs = [({k: row[k] for k in ("suite", "user_task", "injection_task", "attack", "version")}, row["injections"], json.loads(e.record())) for row, e in zip(rows, episodes)]
+    scores = score_batch(jobs, workers)
+    table: dict[str, dict[str, Any]] = {}
+    for group in [*suites, "overall"]:
+        members = [s for item, s in zip(chosen, scores) if group in ("overall", item.suite)]
+        benign = [u for (u, a) in members if a is None]
+        attacked = [(u, a) for (u, a) in members if a is not None]
+        table[group] = {
+            "benign_utility": _mean(benign),
+            "utility_under_attack": _mean([u for u, _ in attacked]),
+            "attack_success_rate": _mean([a for _, a in attacked]),
+            "benign_items": len(benign),
+            "attacked_items": len(attacked),
+        }
+    return {
+        "attack": attack,
+        "split": split,
+        "suites": table,
+        "tool_calls_per_episode": _mean([e.tool_calls for e in episodes]),
+        "turns_per_episode": _mean([len(e.turns) for e in episodes]),
+        "seconds": round(time.monotonic() - started, 1),
+        "examples": [{"item": rows[i]["user_task"], "turns": episodes[i].turns[:3]} for i in range(min(2, len(rows)))],
+    }
+
+
+def _mean(values: Sequence[Any]) -> float:
+    return sum(float(v) for v in values) / len(values) if values else math.nan
+
+
+register_task(AgentDojoTask())

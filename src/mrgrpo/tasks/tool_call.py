@@ -1,0 +1,106 @@
+"""Tool calling on BFCL (``bfcl``): function schemas in the prompt, BFCL's acceptable answers as ground truth.
+
+Categories: every single-turn Python category BFCL ships with possible answers,
+:data:`mrgrpo.data.bfcl.CATEGORIES` (``simple_python`` alias ``simple``, ``multiple``,
+``parallel``, ``parallel_multiple`` and the user-contributed ``live_simple``, ``live_multiple``,
+``live_parallel``, ``live_parallel_multiple``); others are an error naming why.
+
+Split: per category, the item ids are shuffled with ``random.Random(f"bfcl:{category}:{seed}")``;
+the first ``test_fraction`` (rounded) are the test split, the rest train; the ``few_shot`` worked
+examples are the first train items (then left out of train). Train and eval are shuffled across
+categories with ``seed``; ``size``/``eval_size`` keep the first rows.
+
+A worked example is a user turn and the assistant's reference calls in the requested format; its
+functions are listed in the system message with the item's own.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from mrgrpo.errors import ConfigError
+from mrgrpo.rewards.tool_call import format_calls, instruction, reference_calls
+from mrgrpo.tasks.base import Option, Task, TaskSpec
+from mrgrpo.tasks.registry import register_task
+
+
+class BFCLTask(Task):
+    name = "bfcl"
+    domain = "tool_call"
+    description = "BFCL function calling (Python AST categories incl. live_*), BFCL answer semantics"
+    columns = ("functions", "tools", "ground_truth", "id", "category")
+    suite = "tool_call"
+    options = {
+        "categories": Option(["simple_python"], "BFCL categories (simple = simple_python; live_* included)"),
+        "think": Option(True, "the prompt (and the tool_call suite's format) asks for <think></think> first"),
+        "test_fraction": Option(0.25, "share of each category's items held out for eval"),
+        "data_dir": Option(None, "a directory with BFCL_v*_<category>.json files (default: the bfcl-eval package)"),
+    }
+    ground_truth = "ground_truth"
+    eval_metric = "all_exact"
+    eval_max_new_tokens = 256
+    split = "per category a seeded shuffle of item ids; first test_fraction = test, few_shot examples from train"
+
+    def suite_defaults(self, options: dict[str, Any]) -> dict[str, Any]:
+        return {"think": bool(options["think"])}
+
+    def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
+        from datasets import Dataset
+
+        from mrgrpo.data.bfcl import bfcl_records
+
+        categories = options["categories"]
+        if isinstance(categories, str):
+            categories = [categories]
+        try:
+            records = bfcl_records(categories, options["data_dir"], options["think"])
+        except (ValueError, FileNotFoundError) as error:
+            raise ConfigError(f"task bfcl: {error}") from None
+        by_category: dict[str, list[dict[str, Any]]] = {}
+        for record in records:
+            by_category.setdefault(record["category"], []).append(record)
+        chosen, examples = [], []
+        for category, rows in by_category.items():
+            rows = sorted(rows, key=lambda r: r["id"])
+            random.Random(f"bfcl:{category}:{spec.seed}").shuffle(rows)
+            n_test = int(round(options["test_fraction"] * len(rows)))
+            test, train = rows[:n_test], rows[n_test:]
+            shots = train[: spec.few_shot] if not examples else []
+            examples.extend(shots)
+            chosen.extend(test if split == "eval" else train[len(shots):])
+        random.Random(f"bfcl:{split}:{spec.seed}").shuffle(chosen)
+        limit = spec.size_of(split)
+        chosen = chosen[:limit] if limit is not None else chosen
+        rows = [self._with_examples(r, examples[: spec.few_shot], options, spec) for r in chosen]
+        return Dataset.from_list(rows) if rows else Dataset.from_dict({"prompt": []})
+
+    @staticmethod
+    def _with_examples(row: dict[str, Any], examples: list[dict[str, Any]], options: dict[str, Any], spec: TaskSpec) -> dict[str, Any]:
+        if not examples and spec.system_prompt is None:
+            return row
+        functions = json.loads(row["functions"])
+        names = {f["name"] for f in functions}
+        listed = list(functions)
+        exchange = []
+        for example in examples:
+            example_functions = json.loads(example["functions"])
+            listed += [f for f in example_functions if f["name"] not in names]
+            names |= {f["name"] for f in example_functions}
+            calls = reference_calls(json.loads(example["ground_truth"]), example_functions)
+            exchange += [
+                dict(example["prompt"][-1]),
+                {"role": "assistant", "content": format_calls(calls, "I will call the function." if options["think"] else None)},
+            ]
+        system = instruction(listed, bool(options["think"]))
+        if spec.system_prompt:
+            system = spec.system_prompt + "\n\n" + system
+        return {**row, "prompt": [{"role": "system", "content": system}, *exchange, *row["prompt"][1:]]}
+
+    def reference(self, row: dict[str, Any]) -> str | None:
+        calls = reference_calls(json.loads(row["ground_truth"]), json.loads(row["functions"]))
+        return format_calls(calls)
+
+
+register_task(BFCLTask())

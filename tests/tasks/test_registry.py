@@ -1,0 +1,145 @@
+"""The task registry: every built-in task, its rows, columns and reproducible split."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrgrpo.errors import ConfigError
+from mrgrpo.tasks import TaskSpec, available_tasks, get_task, resolve, task_for_suite
+from mrgrpo.tasks.base import SUITE_COLUMNS
+
+BUILTIN = ["math", "qa", "humaneval", "code", "bfcl", "agentdojo", "asb"]
+
+
+def test_every_builtin_task_is_registered_with_its_contract():
+    assert available_tasks()[: len(BUILTIN)] == BUILTIN
+    for name in BUILTIN:
+        task = get_task(name)
+        assert task.rollout in ("single_turn", "multi_turn") and task.eval_metric and task.split
+        if task.trainable:
+            assert task.ground_truth in task.columns or task.ground_truth == "user_task"
+            # the default suite reads only columns the task provides
+            assert set(SUITE_COLUMNS[task.suite]) <= set(task.columns), name
+    assert not get_task("asb").trainable and get_task("agentdojo").rollout == "multi_turn"
+
+
+def test_reasoning_gym_names_are_the_math_task():
+    task, spec = resolve(TaskSpec("chain_sum", {"min_terms": 2}))
+    assert task.name == "math" and spec.options == {"min_terms": 2, "dataset": "chain_sum"}
+    with pytest.raises(ConfigError, match="unknown task 'poetry'.*reasoning-gym"):
+        resolve(TaskSpec("poetry"))
+    with pytest.raises(ConfigError, match="not an option of reasoning-gym dataset 'chain_sum'"):
+        task.resolve_options({"dataset": "chain_sum", "length_thresholds": [1, 2]})
+
+
+def test_task_options_are_checked():
+    with pytest.raises(ConfigError, match="categorie is not an option of task 'bfcl'"):
+        get_task("bfcl").resolve_options({"categorie": ["simple"]})
+    with pytest.raises(ConfigError, match="takes no worked examples"):
+        get_task("agentdojo").rows(TaskSpec("agentdojo", few_shot=1), "train")
+    with pytest.raises(ConfigError, match="evaluation-only"):
+        get_task("asb").rows(TaskSpec("asb"), "train")
+
+
+def test_task_for_suite_maps_verl_suites_to_tasks():
+    assert task_for_suite("math").name == "math"
+    assert task_for_suite("tool_call").name == "bfcl"
+    assert task_for_suite("code").name == "humaneval"
+
+
+def test_humaneval_split_is_reproducible_disjoint_and_documented():
+    task = get_task("humaneval")
+    train = task.rows(TaskSpec("humaneval", seed=0), "train")
+    test = task.rows(TaskSpec("humaneval", seed=0), "eval")
+    assert len(train) == 123 and len(test) == 41
+    assert not set(train["task_id"]) & set(test["task_id"])
+    assert test["task_id"] == task.test_ids(seed=0)
+    assert task.rows(TaskSpec("humaneval", seed=0), "eval")["task_id"] == test["task_id"]  # same every time
+    assert task.rows(TaskSpec("humaneval", seed=1), "eval")["task_id"] != test["task_id"]
+    # worked examples come from train and leave it; never from test
+    shot = task.rows(TaskSpec("humaneval", seed=0, few_shot=1), "train")
+    assert len(shot) == 122 and shot[0]["prompt"][1]["role"] == "assistant"
+    assert shot[0]["prompt"][0]["content"] not in [p[0]["content"] for p in test["prompt"]]
+
+
+@pytest.mark.parametrize("category", ["simple_python", "multiple", "parallel", "parallel_multiple",
+                                      "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"])
+def test_bfcl_reads_every_python_category_and_references_are_all_exact(category):
+    from mrgrpo.rewards import get_suite
+
+    task = get_task("bfcl")
+    spec = TaskSpec("bfcl", {"categories": [category]}, size=6, eval_size=3)
+    rows = task.rows(spec, "train")
+    assert len(rows) == 6 and set(rows["category"]) == {category}
+    assert [m["role"] for m in rows[0]["prompt"]][0] == "system" and rows[0]["prompt"].count(rows[0]["prompt"][0]) == 1
+    assert not set(rows["id"]) & set(task.rows(spec, "eval")["id"])
+    suite = get_suite("tool_call")
+    columns = {k: rows[k] for k in ("functions", "ground_truth")}
+    exact = suite.select(["all_exact"]).components[0]
+    assert exact(rows["prompt"], [task.reference(r) for r in rows], **columns) == [1.0] * 6
+
+
+def test_bfcl_unsupported_category_names_why():
+    with pytest.raises(ConfigError, match="simple_java.*Java type semantics"):
+        get_task("bfcl").rows(TaskSpec("bfcl", {"categories": ["simple_java"]}), "train")
+
+
+def test_bfcl_worked_example_lists_its_functions():
+    rows = get_task("bfcl").rows(TaskSpec("bfcl", size=2, few_shot=1), "train")
+    roles = [m["role"] for m in rows[0]["prompt"]]
+    assert roles == ["system", "user", "assistant", "user"] and "<tool_call>" in rows[0]["prompt"][2]["content"]
+    example_call = json.loads(rows[0]["prompt"][2]["content"].split("<tool_call>")[1].split("</tool_call>")[0])[0]
+    assert example_call["name"] in rows[0]["prompt"][0]["content"]
+
+
+def test_qa_task_reads_a_jsonl_file_with_a_seeded_holdout(tmp_path):
+    from mrgrpo.data.reasoning_tasks import load_reasoning_gym
+
+    items = load_reasoning_gym("basic_arithmetic", n_train=20, n_test=0, few_shot=0)["train"]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps({"q": json.loads(e)["question"], "a": f"work\n#### {a}"}) + "\n"
+                            for e, a in zip(items["task_entry"], items["answer"])))
+    spec = TaskSpec("qa", {"source": str(path), "question_field": "q", "answer_field": "a", "test_fraction": 0.25}, few_shot=1)
+    task = get_task("qa")
+    train, test = task.rows(spec, "train"), task.rows(spec, "eval")
+    assert len(train) + len(test) == 19 and len(test) == 5
+    assert set(train["answer"]) | set(test["answer"]) <= set(items["answer"])
+    assert train[0]["prompt"][-2]["role"] == "assistant"  # the worked example (row 0, held out)
+    with pytest.raises(ConfigError, match="needs task.options.source"):
+        task.rows(TaskSpec("qa"), "train")
+
+
+def _humaneval_as_asserts(n: int) -> list[dict]:
+    """HumanEval problems rewritten MBPP-style: a text prompt, a list of asserts, a reference."""
+    from mrgrpo.data.humaneval import humaneval_records
+
+    rows = []
+    for r in humaneval_records(chat=False)[:n]:
+        asserts = [line.strip().replace("candidate", r["entry_point"]) for line in r["test"].splitlines()
+                   if line.strip().startswith("assert")]
+        rows.append({"text": r["code_prefix"], "test_list": asserts, "code": r["reference"], "task_id": r["task_id"]})
+    return rows
+
+
+def test_code_task_reads_mbpp_style_columns(tmp_path):
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _humaneval_as_asserts(8)))
+    spec = TaskSpec("code", {"source": str(path), "columns": {"prompt": "text", "test": "test_list", "reference": "code"}})
+    task = get_task("code")
+    train, test = task.rows(spec, "train"), task.rows(spec, "eval")
+    assert len(train) == 6 and len(test) == 2 and set(train["test_format"]) == {"assert"}
+    assert train[0]["prompt"][0]["role"] == "user" and "```python" in train[0]["prompt"][0]["content"]
+    with pytest.raises(ConfigError, match="row 1: missing"):
+        get_task("code").rows(TaskSpec("code", {"source": str(path)}), "train")  # no mapping: no prompt/test
+
+
+def test_code_task_reads_stdio_cases(tmp_path):
+    path = tmp_path / "stdio.jsonl"
+    rows = [{"prompt": "Read two integers a and b on one line and print a + b.",
+             "test": {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}, "test_format": "stdio",
+             "reference": "a, b = map(int, input().split())\nprint(a + b)\n"}] * 4
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = get_task("code").rows(TaskSpec("code", {"source": str(path), "test_fraction": 0.0}), "train")
+    assert json.loads(rows[0]["test"]) == [{"input": "1 2\n", "output": "3\n"}, {"input": "5 7\n", "output": "12\n"}]
