@@ -17,6 +17,7 @@ from verl.trainer.ppo import core_algos, ray_trainer  # noqa: E402
 
 import mrgrpo  # noqa: E402
 import mrgrpo.integrations.verl as integration  # noqa: E402
+from mrgrpo.errors import ConfigError, InputError  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl" / "mrgrpo_math.yaml"
 KEYS = ["correctness", "format", "length"]
@@ -165,6 +166,24 @@ def test_default_gdpo_normalizes_per_rollout_not_per_token():
     assert abs(per_rollout.mean().item()) < 1e-5  # zero mean over rollouts, not over tokens
 
 
+@pytest.mark.parametrize("norm", [True, False])
+def test_singleton_groups_score_reproduces_verls_value_for_a_group_of_one(norm):
+    data = make_batch(8)
+    uid = data.non_tensor_batch["uid"].copy()
+    uid[0], uid[1] = "solo-a", "solo-b"  # two groups of one
+    data.non_tensor_batch["uid"] = uid
+    cfg = algo(norm_adv_by_std_in_grpo=norm)
+    verl_adv = run(data, "grpo", cfg)
+    assert verl_adv[0].abs().sum() > 0  # verl: the raw score (/(1 + eps) with std scaling)
+    ours = run(data, "mrgrpo_grpo", algo(norm_adv_by_std_in_grpo=norm, mrgrpo={"singleton_groups": "score"}))
+    torch.testing.assert_close(ours, verl_adv, atol=1e-5, rtol=1e-5)
+    default = run(data, "mrgrpo_grpo", cfg)
+    assert (default[:2] == 0).all()  # mrgrpo's convention: no peer, no signal
+    torch.testing.assert_close(default[2:], verl_adv[2:], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="singleton_groups must be one of"):
+        run(data, "mrgrpo_grpo", algo(mrgrpo={"singleton_groups": "raw"}))
+
+
 # ---- the trainer's call path -------------------------------------------------------------------
 
 
@@ -239,7 +258,7 @@ def test_none_scores_are_unscored_components():
 
 def test_clear_errors():
     data = make_batch()
-    with pytest.raises(KeyError, match=r"'accuracy'.*available non_tensor_batch keys: \['correctness', 'format', 'length', 'uid'\]"):
+    with pytest.raises(InputError, match=r"'accuracy'.*available non_tensor_batch keys: \['correctness', 'format', 'length', 'uid'\]"):
         run(data, "mrgrpo_gdpo", algo(mrgrpo={"components": ["accuracy"]}))
     with pytest.raises(ValueError, match="unknown key"):
         run(make_batch(), "mrgrpo_gdpo", algo(mrgrpo={"component": KEYS}))

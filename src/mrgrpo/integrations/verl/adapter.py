@@ -5,6 +5,10 @@ with ``token_level_rewards`` / ``response_mask`` of shape ``(bs, response_len)``
 ``uid`` of each rollout (rollouts of one prompt share it). mrgrpo wants ``rewards [N, K]`` and
 ``group_ids [N]`` and returns one advantage per rollout; we broadcast it over the response tokens
 (masked), as verl's outcome estimators do, and return it as both advantages and returns.
+
+On verl's v1 trainer the rows are agent-loop outputs (:mod:`.sessions`): the estimator sees one
+row per session (its final output), grouped by ``uid``, and the result is broadcast to the
+session's other outputs.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import torch
 from torch import Tensor
 
 import mrgrpo
-from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
+from mrgrpo.errors import ConfigError, InputError
+from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
+from mrgrpo.integrations.verl.sessions import Trajectories
 
 PREFIX = "mrgrpo_"
 
@@ -46,7 +52,7 @@ def reward_matrix(
     if not components:
         return token_level_rewards.detach().sum(dim=-1, dtype=torch.float64).unsqueeze(1)
     if non_tensor_batch is None:
-        raise ValueError(
+        raise ConfigError(
             f"mrgrpo estimators configured with components {list(components)} were called without "
             "non_tensor_batch: verl only passes it to 'gdpo', so mrgrpo's wrapper of "
             "verl.trainer.ppo.ray_trainer.compute_advantage must be installed in the trainer "
@@ -57,19 +63,17 @@ def reward_matrix(
     columns = []
     for key in components:
         if key not in non_tensor_batch:
-            raise KeyError(
+            raise InputError(
                 f"reward component {key!r} (algorithm.mrgrpo.components) is not in the batch; available "
                 f"non_tensor_batch keys: {sorted(non_tensor_batch)}. The reward function must return a dict "
-                f"with a {key!r} entry (verl copies it into reward_extra_info). Note: verl 0.9.1's v1 "
-                "trainer (trainer.use_v1=true) hands advantage estimators only uid and rm_scores, "
-                "so per-component scores need trainer.use_v1=false"
+                f"with a {key!r} entry (verl copies it into reward_extra_info)"
             )
         try:
             column = np.asarray(non_tensor_batch[key], dtype=np.float64).reshape(-1)
         except (TypeError, ValueError) as error:
-            raise ValueError(f"reward component {key!r} must hold one number per rollout: {error}") from None
+            raise InputError(f"reward component {key!r} must hold one number per rollout: {error}") from None
         if column.shape[0] != n:
-            raise ValueError(f"reward component {key!r} has {column.shape[0]} values for {n} rollouts")
+            raise InputError(f"reward component {key!r} has {column.shape[0]} values for {n} rollouts")
         columns.append(column)
     return torch.from_numpy(np.stack(columns, axis=1)).to(token_level_rewards.device)
 
@@ -88,28 +92,28 @@ def estimator_options(
     if not norm_adv_by_std_in_grpo:
         if estimator == "grpo":
             if options.setdefault("scale", "none") != "none":
-                raise ValueError(
+                raise ConfigError(
                     f"algorithm.norm_adv_by_std_in_grpo=false conflicts with mrgrpo option scale={options['scale']!r}"
                 )
         elif estimator != "dr_grpo":
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.norm_adv_by_std_in_grpo=false has no meaning for mrgrpo_{estimator}; set it "
                 "to true (use mrgrpo_dr_grpo for unscaled advantages)"
             )
     if settings.normalization == "token":
         if "batch_norm" not in spec.options:
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.mrgrpo.normalization='token' replaces a final batch normalization, which "
                 f"mrgrpo_{estimator} does not have; estimators with one: "
                 f"{[n for n in mrgrpo.available_estimators() if 'batch_norm' in mrgrpo.get_estimator(n).options]}"
             )
         if options.get("batch_norm") is True:
-            raise ValueError("algorithm.mrgrpo.normalization='token' conflicts with option batch_norm=true")
+            raise ConfigError("algorithm.mrgrpo.normalization='token' conflicts with option batch_norm=true")
         options["batch_norm"] = False
     if "reward_ranges" in spec.options and options.get("reward_ranges") is None and settings.suite:
         options["reward_ranges"] = [list(r) for r in suite_of(settings).reward_ranges]
     if options.get("reward_ranges") is not None and len(options["reward_ranges"]) != num_components:
-        raise ValueError(
+        raise ConfigError(
             f"reward_ranges has {len(options['reward_ranges'])} entries for {num_components} components"
         )
     return options
@@ -134,10 +138,78 @@ def resolved_components(settings: MrgrpoVerlConfig) -> tuple[tuple[str, ...] | N
             by_name = dict(zip(suite.names, suite.weights))
             weights = tuple(by_name.get(c, 1.0) for c in components)
     if weights is not None and components is not None and len(weights) != len(components):
-        raise ValueError(f"{len(weights)} weights for {len(components)} components {list(components)}")
+        raise ConfigError(f"{len(weights)} weights for {len(components)} components {list(components)}")
     if weights is not None and components is None and len(weights) != 1:
-        raise ValueError(f"{len(weights)} weights given but no components configured (scalar score, K = 1)")
+        raise ConfigError(f"{len(weights)} weights given but no components configured (scalar score, K = 1)")
     return components, weights
+
+
+def trajectory_matrix(
+    token_level_rewards: Tensor, components: tuple[str, ...] | None, trajectories: Trajectories
+) -> Tensor:
+    """``[N, K]`` float64 rewards of a v1 batch: the components read from the queue, or the
+    scalar score as K = 1; verl's padding rows are all NaN (no statistic sees them)."""
+    if len(trajectories) != token_level_rewards.shape[0]:
+        raise InputError(
+            f"{len(trajectories)} TransferQueue keys for {token_level_rewards.shape[0]} rows: rows and keys are not aligned"
+        )
+    if not components:
+        rewards = token_level_rewards.detach().sum(dim=-1, dtype=torch.float64).unsqueeze(1).cpu()
+    else:
+        missing = [c for c in components if c not in trajectories.columns]
+        if missing:
+            raise InputError(f"reward components {missing} were not read from the TransferQueue (read: {sorted(trajectories.columns)})")
+        rewards = torch.from_numpy(np.stack([trajectories.columns[c] for c in components], axis=1)).to(torch.float64)
+    rewards[torch.from_numpy(trajectories.padding)] = float("nan")
+    return rewards.to(token_level_rewards.device)
+
+
+def rollout_values(
+    estimator: str,
+    rewards: Tensor,
+    group_ids: Any,
+    weights: tuple[float, ...] | None,
+    options: dict[str, Any],
+    settings: MrgrpoVerlConfig,
+    response_mask: Tensor,
+) -> Tensor:
+    """One float64 advantage per rollout: the estimator, then ``singleton_groups`` and the
+    ``normalization`` of :class:`MrgrpoVerlConfig` (token whitening is constant per row).
+
+    Shapes: ``rewards (N, K)``, ``group_ids (N,)``, ``response_mask (N, response_len)``.
+    """
+    values = mrgrpo.compute_advantages(rewards, group_ids, estimator=estimator, weights=weights, **options)
+    values = values.to(torch.float64)
+    if settings.singleton_groups == "score":
+        values = _singleton_scores(estimator, values, rewards, group_ids, weights, options)
+    if settings.normalization == "token":
+        from verl.utils.torch_functional import masked_whiten  # verl's own, so conventions match
+
+        mask = response_mask.to(torch.float64)
+        tokens = masked_whiten(values.unsqueeze(-1) * mask, mask) * mask
+        first = mask.argmax(dim=1)  # a row's value sits on each of its response tokens
+        per_row = tokens[torch.arange(tokens.shape[0], device=tokens.device), first]
+        values = torch.where(mask.sum(dim=1) > 0, per_row, torch.zeros_like(per_row))
+    return values
+
+
+def _singleton_scores(estimator, values, rewards, group_ids, weights, options) -> Tensor:
+    """verl's value for a group with one scored rollout: ``Σ w_k r_k / (1 + eps)`` (no ``eps``
+    term for unscaled estimators); every other row keeps the estimator's value."""
+    spec = mrgrpo.get_estimator(estimator)
+    scored = ~torch.isnan(rewards).all(dim=1)
+    keys = group_ids.tolist() if hasattr(group_ids, "tolist") else list(group_ids)
+    counts: dict[Any, int] = {}
+    for key, ok in zip(keys, scored.tolist()):
+        counts[key] = counts.get(key, 0) + int(ok)
+    single = torch.tensor([ok and counts[k] == 1 for k, ok in zip(keys, scored.tolist())], device=values.device)
+    if not single.any():
+        return values
+    w = torch.ones(rewards.shape[1], dtype=torch.float64) if weights is None else torch.tensor(weights, dtype=torch.float64)
+    total = (torch.nan_to_num(rewards, nan=0.0) * w.to(rewards.device)).sum(dim=1)
+    if estimator != "dr_grpo" and options.get("scale", "group") != "none":
+        total = total / (1.0 + float(options.get("eps", spec.options.get("eps", VERL_EPS))))
+    return torch.where(single, total.to(values.dtype), values)
 
 
 def token_advantages(
@@ -148,16 +220,19 @@ def token_advantages(
     config: Any = None,
     non_tensor_batch: dict[str, Any] | None = None,
     norm_adv_by_std_in_grpo: bool | None = None,
+    trajectories: Trajectories | None = None,
 ) -> tuple[Tensor, Tensor]:
     """mrgrpo ``estimator`` in verl's shapes: ``(bs, response_len)`` advantages (= returns).
 
     Shapes: ``token_level_rewards``, ``response_mask``: ``(bs, response_len)``; ``index``: ``(bs,)``
-    uids. Settings come from ``config.mrgrpo`` (see :class:`MrgrpoVerlConfig`).
+    uids. Settings come from ``config.mrgrpo`` (see :class:`MrgrpoVerlConfig`). Components come
+    from ``non_tensor_batch`` (legacy trainer) or ``trajectories`` (v1 trainer: then the estimator
+    runs on each session's final output and the result is broadcast to the session's rows).
     """
     if index is None:
-        raise ValueError(f"mrgrpo_{estimator} needs the rollouts' group ids: verl passes them as index (the 'uid' column)")
+        raise ConfigError(f"mrgrpo_{estimator} needs the rollouts' group ids: verl passes them as index (the 'uid' column)")
     if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
-        raise ValueError(
+        raise InputError(
             f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
             f"{tuple(response_mask.shape)} must both be (bs, response_len)"
         )
@@ -166,16 +241,27 @@ def token_advantages(
         value = config.get("norm_adv_by_std_in_grpo", True) if config is not None and hasattr(config, "get") else True
         norm_adv_by_std_in_grpo = bool(value)
     components, weights = resolved_components(settings)
-    rewards = reward_matrix(token_level_rewards, components, non_tensor_batch)
-    options = estimator_options(estimator, settings, norm_adv_by_std_in_grpo, rewards.shape[1])
     group_ids = list(index) if isinstance(index, np.ndarray) and index.dtype == object else index
+    mask = response_mask.detach()
+    if trajectories is None:
+        rewards = reward_matrix(token_level_rewards, components, non_tensor_batch)
+        rows = None
+    else:
+        rewards = trajectory_matrix(token_level_rewards, components, trajectories)
+        final_rows, rows = trajectories.sessions(group_ids)
+        rewards, mask = rewards[torch.from_numpy(final_rows).to(rewards.device)], mask[torch.from_numpy(final_rows).to(mask.device)]
+        group_ids = [group_ids[i] for i in final_rows.tolist()]
+    options = estimator_options(estimator, settings, norm_adv_by_std_in_grpo, rewards.shape[1])
+    has_batch_norm = "batch_norm" in mrgrpo.get_estimator(estimator).options and options.get("batch_norm", True)
+    if settings.singleton_groups == "score" and settings.normalization == "rollout" and has_batch_norm:
+        raise ConfigError(
+            f"algorithm.mrgrpo.singleton_groups='score' with normalization='rollout' would be mixed into "
+            f"mrgrpo_{estimator}'s own batch normalization; use normalization='token' (verl's convention) "
+            "or singleton_groups='zero'"
+        )
     with torch.no_grad():
-        per_rollout = mrgrpo.compute_advantages(rewards, group_ids, estimator=estimator, weights=weights, **options)
-        mask = response_mask.to(torch.float64)
-        advantages = per_rollout.to(torch.float64).unsqueeze(-1) * mask
-        if settings.normalization == "token":
-            from verl.utils.torch_functional import masked_whiten  # verl's own, so conventions match
-
-            advantages = masked_whiten(advantages, mask) * mask
-        advantages = advantages.to(token_level_rewards.dtype)
+        values = rollout_values(estimator, rewards, group_ids, weights, options, settings, mask)
+        if rows is not None:
+            values = values[torch.from_numpy(rows).to(values.device)]
+        advantages = (values.unsqueeze(-1) * response_mask.to(torch.float64)).to(token_level_rewards.dtype)
     return advantages, advantages

@@ -10,6 +10,7 @@ read one optional sub-block, ``algorithm.mrgrpo``; every field is documented her
         weights: [1.0, 0.5, 0.5]
         options: {}                                  # the estimator's own options
         normalization: rollout                       # or "token" (verl's GDPO whitening)
+        singleton_groups: zero                       # or "score" (verl's value for a group of one)
         eps: 1.0e-6                                  # verl's epsilon; null = mrgrpo's default
         suite: null                                  # e.g. "math": components/weights/ranges from it
         suite_options: {}
@@ -21,7 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from mrgrpo.errors import ConfigError
+
 NORMALIZATIONS = ("rollout", "token")
+SINGLETON_GROUPS = ("zero", "score")
 VERL_EPS = 1e-6  # verl's ``epsilon`` default in compute_grpo_outcome_advantage / gdpo
 
 
@@ -44,6 +48,17 @@ class MrgrpoVerlConfig:
             normalization is replaced by verl's ``masked_whiten`` over all response tokens
             (verl's GDPO convention: longer responses weigh more); only for estimators with a
             ``batch_norm`` option.
+        singleton_groups: what a prompt with a single scored rollout (a group of one) gets.
+            ``"zero"`` (default, mrgrpo's convention): advantage 0, no signal without a peer.
+            ``"score"`` (verl's ``grpo``/``gdpo`` convention, mean 0 and std 1 for a group of
+            one): its weighted score ``Σ_k w_k r_k / (1 + eps)`` (without ``/(1 + eps)`` for
+            unscaled estimators: ``dr_grpo``, ``grpo`` with ``scale="none"``), before any token
+            whitening. This matters beyond that row: with ``normalization="token"`` the
+            whitening mean and std are taken over every response token of the batch, so zero and
+            the raw score give every other row a different advantage too. Set ``"score"`` to
+            reproduce verl's ``gdpo`` exactly on batches with groups of one. With
+            ``normalization="rollout"`` it is refused for estimators whose own final batch
+            normalization would mix it in (``batch_norm`` option: gdpo, sa_mrpo).
         eps: applied as the estimator's ``eps`` option when it has one and ``options`` does not
             set it. Default 1e-6 is verl's epsilon (mrgrpo's own default, 1e-4, is TRL's);
             ``None`` keeps mrgrpo's default.
@@ -57,27 +72,32 @@ class MrgrpoVerlConfig:
     weights: tuple[float, ...] | None = None
     options: dict[str, Any] = field(default_factory=dict)
     normalization: str = "rollout"
+    singleton_groups: str = "zero"
     eps: float | None = VERL_EPS
     suite: str | None = None
     suite_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.normalization not in NORMALIZATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.mrgrpo.normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}"
+            )
+        if self.singleton_groups not in SINGLETON_GROUPS:
+            raise ConfigError(
+                f"algorithm.mrgrpo.singleton_groups must be one of {SINGLETON_GROUPS}, got {self.singleton_groups!r}"
             )
         if self.components is not None:
             if not self.components or not all(isinstance(c, str) and c for c in self.components):
-                raise ValueError(f"algorithm.mrgrpo.components must be a non-empty list of key names, got {self.components!r}")
+                raise ConfigError(f"algorithm.mrgrpo.components must be a non-empty list of key names, got {self.components!r}")
             if len(set(self.components)) != len(self.components):
-                raise ValueError(f"algorithm.mrgrpo.components has duplicates: {list(self.components)}")
+                raise ConfigError(f"algorithm.mrgrpo.components has duplicates: {list(self.components)}")
         if self.weights is not None and self.components is not None and len(self.weights) != len(self.components):
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.mrgrpo.weights has {len(self.weights)} entries for {len(self.components)} "
                 f"components {list(self.components)}"
             )
         if self.eps is not None and not (self.eps >= 0):
-            raise ValueError(f"algorithm.mrgrpo.eps must be >= 0 or null, got {self.eps!r}")
+            raise ConfigError(f"algorithm.mrgrpo.eps must be >= 0 or null, got {self.eps!r}")
 
     @classmethod
     def from_algorithm_config(cls, algorithm: Any) -> MrgrpoVerlConfig:
@@ -87,11 +107,11 @@ class MrgrpoVerlConfig:
             return cls()
         block = _plain(_get(algorithm, "mrgrpo")) or {}
         if not isinstance(block, Mapping):
-            raise ValueError(f"algorithm.mrgrpo must be a mapping, got {type(block).__name__}")
+            raise ConfigError(f"algorithm.mrgrpo must be a mapping, got {type(block).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(block) - known)
         if unknown:
-            raise ValueError(f"algorithm.mrgrpo has unknown key(s) {unknown}; known keys: {sorted(known)}")
+            raise ConfigError(f"algorithm.mrgrpo has unknown key(s) {unknown}; known keys: {sorted(known)}")
         values = dict(block)
         if values.get("components") is None and values.get("suite") is None:
             values["components"] = _plain(_get(algorithm, "gdpo_reward_keys"))
@@ -100,13 +120,13 @@ class MrgrpoVerlConfig:
         for key in ("components", "weights"):
             if values.get(key) is not None:
                 if isinstance(values[key], str | bytes) or not isinstance(values[key], list | tuple):
-                    raise ValueError(f"algorithm.mrgrpo.{key} must be a list, got {values[key]!r}")
+                    raise ConfigError(f"algorithm.mrgrpo.{key} must be a list, got {values[key]!r}")
                 values[key] = tuple(float(v) for v in values[key]) if key == "weights" else tuple(values[key])
         for key in ("options", "suite_options"):
             if values.get(key) is None:
                 values[key] = {}
             elif not isinstance(values[key], Mapping):
-                raise ValueError(f"algorithm.mrgrpo.{key} must be a mapping, got {values[key]!r}")
+                raise ConfigError(f"algorithm.mrgrpo.{key} must be a mapping, got {values[key]!r}")
             else:
                 values[key] = dict(values[key])
         return cls(**values)

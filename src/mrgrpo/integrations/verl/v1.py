@@ -1,0 +1,112 @@
+"""mrgrpo estimators on verl's v1 trainer (``trainer.use_v1=true``, verl 0.9's default).
+
+verl 0.9.1's ``PPOTrainer._compute_advantage`` (``verl/trainer/ppo/v1/trainer_base.py``) reads
+only ``uid``, ``response_mask``, ``rm_scores`` and log-probs from the TransferQueue, so no
+advantage estimator sees the reward components, which travel per row in
+``extra_fields["reward_extra_info"]`` (agent-loop reward) or as fields of their own (colocated
+reward model). And its ``compute_advantage_for_multi_trajectories`` groups multi-turn sessions
+by their final output only for ``grpo``.
+
+The one adaptation: every trainer in verl's v1 registry (``trainer.v1.trainer_mode``: ``sync``,
+``colocate_async``, ``separate_async``) is replaced by a subclass whose ``_compute_advantage``,
+for ``mrgrpo_*`` estimators only, reads the configured components of the batch's rows from the
+queue and runs verl's own ``_compute_advantage`` (KL-in-reward, rollout correction, write-back:
+all verl's) with them in scope (:func:`.sessions.using`). The registered estimator then computes
+on each session's final output, grouped by ``uid``, and broadcasts the result to the session's
+other rows (:class:`.sessions.Trajectories`). Every other estimator runs verl's code unchanged.
+No verl file is edited; trainers registered after :func:`install` are wrapped by calling it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import transfer_queue as tq
+from verl.trainer.ppo.v1 import trainer_base
+
+from mrgrpo.errors import InputError
+from mrgrpo.integrations.verl.adapter import mrgrpo_name, resolved_components
+from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
+from mrgrpo.integrations.verl.sessions import Trajectories, scores_column, using
+
+EXTRA_FIELDS = "extra_fields"
+REWARD_EXTRA_INFO = "reward_extra_info"
+
+
+def read_trajectories(batch: Any, components: tuple[str, ...] | None) -> Trajectories:
+    """The keys, padding flags and reward components of a ``KVBatchMeta``'s rows, from the queue.
+
+    A component is read from a field of its own name if the rows have one (verl writes a
+    colocated reward model's ``reward_extra_info`` that way), else from each row's
+    ``extra_fields["reward_extra_info"]`` (the agent loop's reward). A component missing from a
+    row that is not padding raises, naming the keys the row has.
+    """
+    keys = tuple(batch.keys)
+    padding = np.array([bool((tag or {}).get("is_padding", False)) for tag in batch.tags], dtype=bool)
+    if not components or not keys:
+        return Trajectories(keys=keys, padding=padding)
+    data = tq.kv_batch_get(keys=list(keys), partition_id=batch.partition_id, select_fields=[*components, EXTRA_FIELDS])
+    present = set(data.keys())
+    infos: list[dict[str, Any]] | None = None
+    columns: dict[str, np.ndarray] = {}
+    for name in components:
+        if name in present:
+            values = list(data[name])
+        else:
+            if infos is None:
+                extras = list(data[EXTRA_FIELDS]) if EXTRA_FIELDS in present else [None] * len(keys)
+                infos = [dict((e or {}).get(REWARD_EXTRA_INFO) or {}) if isinstance(e, dict) else {} for e in extras]
+            values = []
+            for row, info in enumerate(infos):
+                if name not in info and not padding[row]:
+                    raise InputError(
+                        f"reward component {name!r} (algorithm.mrgrpo.components) is not in row {keys[row]!r}: "
+                        f"its reward_extra_info has {sorted(info)}. The reward function must return a dict with "
+                        f"a {name!r} entry"
+                    )
+                values.append(info.get(name))
+        columns[name] = scores_column(values, name)
+    return Trajectories(keys=keys, columns=columns, padding=padding)
+
+
+class MrgrpoAdvantageMixin:
+    """Gives ``mrgrpo_*`` estimators a v1 batch's reward components and sessions (see module doc)."""
+
+    config: Any
+
+    def _compute_advantage(self, batch, metrics):  # noqa: D401 - verl's signature
+        if mrgrpo_name(self.config.algorithm.adv_estimator) is None:
+            return super()._compute_advantage(batch, metrics)
+        settings = MrgrpoVerlConfig.from_algorithm_config(self.config.algorithm)
+        components, _ = resolved_components(settings)
+        trajectories = read_trajectories(batch, components)
+        with using(trajectories):
+            return super()._compute_advantage(batch, metrics)
+
+
+_BASE_ATTR = "_mrgrpo_base"
+
+
+def install() -> dict[str, type]:
+    """Replace every registered v1 trainer by its :class:`MrgrpoAdvantageMixin` subclass
+    (idempotent); returns the registry."""
+    registry = trainer_base.TRAINER_REGISTRY
+    for name, cls in list(registry.items()):
+        if issubclass(cls, MrgrpoAdvantageMixin):
+            continue
+        sub = type(
+            f"Mrgrpo{cls.__name__}",
+            (MrgrpoAdvantageMixin, cls),
+            {"__module__": __name__, "__doc__": f"verl's {cls.__name__} with mrgrpo's reward components.", _BASE_ATTR: cls},
+        )
+        registry[name] = sub
+    return registry
+
+
+def uninstall() -> None:
+    """Put verl's own trainer classes back in the registry (for tests)."""
+    registry = trainer_base.TRAINER_REGISTRY
+    for name, cls in list(registry.items()):
+        if _BASE_ATTR in cls.__dict__:
+            registry[name] = cls.__dict__[_BASE_ATTR]

@@ -1,0 +1,260 @@
+"""mrgrpo estimators on verl's v1 trainer: verl's own ``_compute_advantage`` on a real TransferQueue.
+
+Rows are put into a real ``transfer_queue`` (local Ray, SimpleStorage) the way verl's v1 agent
+loop writes them: key ``{uid}_{session_id}_{index}``, jagged ``responses`` / ``response_mask`` /
+``rm_scores``, per-component scores in ``extra_fields["reward_extra_info"]`` (copied from the
+session's final output to its earlier ones, as the agent loop does). The trainer is verl's
+registered v1 class (``get_trainer_cls``), built without ``__init__`` (which starts GPU workers):
+``_compute_advantage`` itself is verl's code, unchanged, reading and writing the queue.
+"""
+
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+tq = pytest.importorskip("transfer_queue", reason="transferqueue is not installed (verl's v1 trainer needs it)")
+pytest.importorskip("verl.trainer.ppo.v1", reason="verl's v1 trainer is not importable")
+
+import ray  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from transfer_queue import KVBatchMeta  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.v1 import get_trainer_cls, trainer_base  # noqa: E402
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
+
+import mrgrpo  # noqa: E402
+import mrgrpo.integrations.verl as integration  # noqa: E402
+from mrgrpo.errors import ConfigError, InputError  # noqa: E402
+from mrgrpo.integrations.verl import v1  # noqa: E402
+
+KEYS = ["correctness", "format", "length"]
+WEIGHTS = [1.0, 0.5, 0.25]
+VERL_EPS = 1e-6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def queue():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, object_store_memory=96 * 2**20, log_to_driver=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield
+    tq.close()
+    if started:
+        ray.shutdown()
+
+
+def put_batch(seed, prompts=3, sessions=4, max_turns=1, max_len=7, padding=0, singleton=False, as_fields=False):
+    """Write one batch as verl's v1 agent loop does; returns (meta, rows) with rows[i] = dict of the
+    row's uid, session key, components, score and response mask (in the batch's key order)."""
+    g = torch.Generator().manual_seed(seed)
+    partition = f"train-{uuid.uuid4().hex[:8]}"
+    fields, keys, tags, rows = [], [], [], []
+    groups = [(f"p_{seed}_{i}", sessions) for i in range(prompts)] + ([(f"solo_{seed}", 1)] if singleton else [])
+    for uid, n in groups:
+        for s in range(n):
+            comps = {k: float(torch.randint(0, 5, (1,), generator=g)) / 4 for k in KEYS}
+            if n == 1:
+                comps = {k: 1.0 for k in KEYS}  # a group of one with a nonzero score
+            score = sum(w * comps[k] for k, w in zip(KEYS, WEIGHTS))
+            turns = int(torch.randint(1, max_turns + 1, (1,), generator=g))
+            for t in range(turns):
+                length = int(torch.randint(1, max_len + 1, (1,), generator=g))
+                mask = (torch.rand(length, generator=g) > 0.3).long()
+                mask[-1] = 1  # the last token is the model's
+                rm = torch.zeros(length)
+                rm[-1] = score
+                field = {
+                    "uid": uid,
+                    "prompts": torch.zeros(3, dtype=torch.long),
+                    "responses": torch.arange(length),
+                    "response_mask": mask,
+                    "rm_scores": rm,
+                    "extra_fields": {"reward_extra_info": dict(comps), "turn": t},
+                }
+                if as_fields:
+                    field.update(comps)
+                    field["extra_fields"] = {}
+                fields.append(field)
+                keys.append(f"{uid}_{s}_{t}")
+                tags.append({"status": "success", "seq_len": 3 + length})
+                rows.append({"uid": uid, "session": f"{uid}_{s}", "turn": t, "comps": comps, "score": score, "mask": mask})
+    if padding:  # verl's upsample_batch_to_divisible_size: copies of row 0, zero mask, own uid
+        pad_uid = f"pad{uuid.uuid4().hex}"
+        for i in range(padding):
+            field = dict(fields[0], uid=pad_uid, response_mask=torch.zeros(1, dtype=torch.long), rm_scores=torch.zeros(1), responses=torch.zeros(1, dtype=torch.long))
+            fields.append(field)
+            keys.append(f"{pad_uid}_{i}_0")
+            tags.append({"status": "success", "seq_len": 4, "is_padding": True})
+            rows.append({"uid": pad_uid, "session": f"{pad_uid}_{i}", "turn": 0, "comps": None, "score": 0.0, "mask": torch.zeros(1, dtype=torch.long)})
+    order = torch.randperm(len(keys), generator=g).tolist()  # _balance_batch reorders rows
+    keys, fields, tags, rows = ([x[i] for i in order] for x in (keys, fields, tags, rows))
+    tq.kv_batch_put(keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(fields), tags=tags)
+    return KVBatchMeta(partition_id=partition, keys=keys, tags=tags), rows
+
+
+def trainer(adv_estimator, mode="sync", rollout_n=4, **algorithm):
+    cls = get_trainer_cls(mode)
+    t = cls.__new__(cls)  # verl's __init__ starts GPU worker groups; _compute_advantage needs only config
+    base = {"adv_estimator": adv_estimator, "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True}
+    t.config = OmegaConf.create({"algorithm": {**base, **algorithm}, "actor_rollout_ref": {"rollout": {"n": rollout_n}}})
+    return t
+
+
+def advantages(meta, estimator, **algorithm):
+    trainer(estimator, **algorithm)._compute_advantage(meta, metrics={})
+    out = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages", "returns"])
+    return out["advantages"].to_padded_tensor(0.0), out["returns"].to_padded_tensor(0.0)
+
+
+def expected(rows, estimator, weights=WEIGHTS, **options):
+    """mrgrpo.compute_advantages on each session's final output, grouped by uid, broadcast."""
+    final = {}
+    for i, row in enumerate(rows):
+        if row["comps"] is not None and (row["session"] not in final or rows[final[row["session"]]]["turn"] < row["turn"]):
+            final[row["session"]] = i
+    sessions = list(final)
+    rewards = torch.tensor([[rows[final[s]]["comps"][k] for k in KEYS] for s in sessions], dtype=torch.float64)
+    uids = [rows[final[s]]["uid"] for s in sessions]
+    per_session = dict(zip(sessions, mrgrpo.compute_advantages(rewards, uids, estimator, weights=weights, **options).tolist()))
+    width = max(len(r["mask"]) for r in rows)
+    out = torch.zeros(len(rows), width, dtype=torch.float64)
+    for i, row in enumerate(rows):
+        out[i, : len(row["mask"])] = per_session.get(row["session"], 0.0) * row["mask"].double()
+    return out
+
+
+def options_for(estimator):
+    spec = mrgrpo.get_estimator(estimator)
+    options = {"eps": VERL_EPS} if "eps" in spec.options else {}
+    if "reward_ranges" in spec.options:
+        options["reward_ranges"] = [[0.0, 1.0]] * len(KEYS)
+    return options
+
+
+# ---- the trainers ------------------------------------------------------------------------------
+
+
+def test_every_v1_trainer_is_wrapped_and_verls_own_estimators_are_untouched():
+    for name, cls in trainer_base.TRAINER_REGISTRY.items():
+        assert issubclass(cls, v1.MrgrpoAdvantageMixin), name
+        assert cls.__mro__[2] is cls._mrgrpo_base  # directly over verl's class
+    before = dict(trainer_base.TRAINER_REGISTRY)
+    v1.install()  # idempotent
+    assert trainer_base.TRAINER_REGISTRY == before
+    v1.uninstall()
+    try:
+        assert not any(issubclass(c, v1.MrgrpoAdvantageMixin) for c in trainer_base.TRAINER_REGISTRY.values())
+    finally:
+        assert integration.install_v1()
+    assert get_trainer_cls("sync")._mrgrpo_base.__name__ == "PPOTrainerSync"
+
+
+# ---- every estimator equals mrgrpo.compute_advantages on the same components and uids ----------
+
+
+@pytest.mark.parametrize("estimator", mrgrpo.available_estimators())
+def test_single_turn_batch_every_estimator(estimator):
+    meta, rows = put_batch(seed=1, prompts=3, sessions=4)
+    options = options_for(estimator)
+    mrgrpo_block = {"components": KEYS, "weights": WEIGHTS, "options": {k: v for k, v in options.items() if k != "eps"}}
+    adv, returns = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
+    want = expected(rows, estimator, **options)
+    torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(returns, adv)
+    assert adv.abs().sum() > 0
+
+
+@pytest.mark.parametrize("estimator", mrgrpo.available_estimators())
+def test_multi_turn_batch_every_estimator_sessions_grouped_by_prompt(estimator):
+    """Several sessions per prompt, 1-3 outputs per session, verl's padding rows, shuffled order:
+    one row per session's final output, grouped by uid, broadcast to the session's outputs."""
+    meta, rows = put_batch(seed=2, prompts=3, sessions=4, max_turns=3, padding=3)
+    assert len(rows) > len({r["session"] for r in rows})  # some sessions have several outputs
+    options = options_for(estimator)
+    mrgrpo_block = {"components": KEYS, "weights": WEIGHTS, "options": {k: v for k, v in options.items() if k != "eps"}}
+    adv, _ = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
+    torch.testing.assert_close(adv.double(), expected(rows, estimator, **options), atol=1e-6, rtol=1e-5)
+    # every output of a session carries the same advantage on its response tokens
+    for session in {r["session"] for r in rows}:
+        values = {round(float(adv[i, : len(r["mask"])][r["mask"].bool()][0]), 6) for i, r in enumerate(rows) if r["session"] == session and r["mask"].any()}
+        assert len(values) <= 1
+    padding = [i for i, r in enumerate(rows) if r["comps"] is None]
+    assert padding and (adv[padding] == 0).all()
+
+
+def test_components_written_as_fields_of_their_own():
+    """A colocated reward model's reward_extra_info reaches the queue as fields, not extra_fields."""
+    meta, rows = put_batch(seed=3, as_fields=True)
+    adv, _ = advantages(meta, "mrgrpo_gdpo", mrgrpo={"components": KEYS, "weights": WEIGHTS})
+    torch.testing.assert_close(adv.double(), expected(rows, "gdpo", eps=VERL_EPS), atol=1e-6, rtol=1e-5)
+
+
+def test_suite_supplies_components_weights_and_ranges():
+    meta, rows = put_batch(seed=4)
+    suite = mrgrpo.rewards.get_suite("math")
+    assert list(suite.names) == KEYS
+    adv, _ = advantages(meta, "mrgrpo_sa_mrpo", mrgrpo={"suite": "math", "options": {"gamma": 1.0}})
+    want = expected(rows, "sa_mrpo", weights=list(suite.weights), reward_ranges=suite.reward_ranges, gamma=1.0, eps=VERL_EPS)
+    torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
+
+
+# ---- equal to verl's own estimators on the v1 path ---------------------------------------------
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("max_turns", [1, 3])
+def test_mrgrpo_grpo_equals_verls_grpo_on_v1(norm, max_turns):
+    """verl's grpo on v1 (its own multi-trajectory path) vs mrgrpo_grpo on the scalar score."""
+    meta, rows = put_batch(seed=5 + max_turns, max_turns=max_turns, padding=2)
+    ours, _ = advantages(meta, "mrgrpo_grpo", norm_adv_by_std_in_grpo=norm)
+    verls, _ = advantages(meta, "grpo", norm_adv_by_std_in_grpo=norm)
+    torch.testing.assert_close(ours, verls, atol=1e-5, rtol=1e-5)
+    assert ours.abs().sum() > 0
+
+
+@pytest.mark.parametrize("singleton", [False, True])
+def test_mrgrpo_gdpo_token_normalization_equals_verls_gdpo(singleton):
+    """verl's compute_gdpo_outcome_advantage, handed the same components and uids as on the
+    legacy trainer (on v1, verl's own gdpo never receives them), vs mrgrpo_gdpo through v1."""
+    meta, rows = put_batch(seed=9, singleton=singleton)
+    block = {"components": KEYS, "weights": WEIGHTS, "normalization": "token"}
+    if singleton:
+        block["singleton_groups"] = "score"
+    ours, _ = advantages(meta, "mrgrpo_gdpo", mrgrpo=block)
+    mask = torch.zeros_like(ours)
+    for i, r in enumerate(rows):
+        mask[i, : len(r["mask"])] = r["mask"].float()
+    prompt_len = 3
+    lengths = torch.tensor([len(r["mask"]) for r in rows])
+    attention = torch.cat([torch.ones(len(rows), prompt_len), (torch.arange(mask.shape[1]) < lengths[:, None]).float()], 1).long()
+    verls, _ = core_algos.compute_gdpo_outcome_advantage(
+        token_level_rewards=torch.zeros_like(mask),
+        response_mask=mask,
+        index=np.array([r["uid"] for r in rows], dtype=object),
+        config=OmegaConf.create({"gdpo_reward_keys": KEYS, "gdpo_reward_weights": WEIGHTS}),
+        non_tensor_batch={k: np.array([r["comps"][k] for r in rows]) for k in KEYS},
+        batch={"prompts": torch.zeros(len(rows), prompt_len), "attention_mask": attention},
+    )
+    torch.testing.assert_close(ours, verls, atol=1e-5, rtol=1e-5)
+    if singleton:  # mrgrpo's default (a group of one gets 0) shifts the whitening of every row
+        default, _ = advantages(meta, "mrgrpo_gdpo", mrgrpo={**block, "singleton_groups": "zero"})
+        others = [i for i, r in enumerate(rows) if not r["uid"].startswith("solo")]
+        assert not torch.allclose(default[others], verls[others], atol=1e-3)
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+
+def test_missing_component_names_the_row_and_its_keys():
+    meta, _ = put_batch(seed=10)
+    with pytest.raises(InputError, match=r"'accuracy'.*reward_extra_info has \['correctness', 'format', 'length'\]"):
+        advantages(meta, "mrgrpo_gdpo", mrgrpo={"components": ["accuracy"]})
+
+
+def test_singleton_score_with_rollout_normalization_is_refused():
+    meta, _ = put_batch(seed=11)
+    with pytest.raises(ConfigError, match="normalization='token'"):
+        advantages(meta, "mrgrpo_gdpo", mrgrpo={"components": KEYS, "singleton_groups": "score"})
