@@ -24,20 +24,11 @@ if [ ! -f "$DATA_DIR/train.parquet" ]; then
   "$PYTHON" "$HERE/prepare_data.py" --out "$DATA_DIR"
 fi
 
-# Fail fast, before Ray starts, if the estimator is unknown or the integration cannot load.
-"$PYTHON" - "$ESTIMATOR" <<'PY'
-import sys
-import mrgrpo.integrations.verl as integration
-from verl.trainer.ppo import core_algos
-if sys.argv[1] not in core_algos.ADV_ESTIMATOR_REGISTRY:
-    sys.exit(f"unknown estimator {sys.argv[1]!r}; mrgrpo's: {integration.register_all()}")
-PY
 REWARD_PATH="$("$PYTHON" -c 'import mrgrpo.integrations.verl_reward as m; print(m.__file__)')"
 
-# The driver process imports verl too; Ray workers get the variable from the config's runtime_env.
-export VERL_USE_EXTERNAL_MODULES=mrgrpo.integrations.verl
-
-exec "$PYTHON" -m verl.trainer.main_ppo \
+# verl's main_ppo with the integration loaded in every Ray process; it checks the estimator and
+# its algorithm.mrgrpo settings before Ray starts.
+exec "$PYTHON" -m mrgrpo.integrations.verl \
   --config-path "$HERE" --config-name mrgrpo_math \
   data.train_files="$DATA_DIR/train.parquet" \
   data.val_files="$DATA_DIR/test.parquet" \

@@ -86,7 +86,10 @@ def estimator_options(
     GRPO's ``scale="none"``; token whitening -> ``batch_norm=False``; suite ranges)."""
     spec = mrgrpo.get_estimator(estimator)
     options = dict(settings.options)
-    spec.check_options(options)
+    try:
+        spec.check_options(options)
+    except ValueError as error:
+        raise ConfigError(f"algorithm.mrgrpo.options: {error}") from None
     if "eps" in spec.options and "eps" not in options and settings.eps is not None:
         options["eps"] = settings.eps
     if not norm_adv_by_std_in_grpo:
