@@ -76,9 +76,11 @@ class Groups:
         """``[num_groups]`` int64: the first row of each group (a representative member)."""
         if self.block_size is not None:
             return torch.arange(self.num_groups, device=self.device) * self.block_size
-        rows = torch.arange(self.num_rollouts, device=self.device)
-        out = torch.full((self.num_groups,), self.num_rollouts, dtype=torch.int64, device=self.device)
-        return out.scatter_reduce_(0, self.index, rows, reduce="amin", include_self=True)
+        # (int32 where it fits: the segment minimum is the cost here)
+        itype = torch.int32 if self.num_rollouts < 2**31 - 1 else torch.int64
+        rows = torch.arange(self.num_rollouts, dtype=itype, device=self.device)
+        out = torch.full((self.num_groups,), self.num_rollouts, dtype=itype, device=self.device)
+        return out.scatter_reduce_(0, self.index, rows, reduce="amin", include_self=True).long()
 
     # --- flat API: [N, ...] <-> [num_groups, ...] ------------------------------------------
 
@@ -158,6 +160,9 @@ class Groups:
         """Per-group maxima in the layout (``-inf`` for empty groups)."""
         if self.block_size is not None:
             return xl.amax(dim=1, keepdim=True)
+        if xl.shape[0] == 1:
+            out = xl.new_full((self.num_groups,), float("-inf"))
+            return out.scatter_reduce_(0, self.index, xl[0], reduce="amax", include_self=True).unsqueeze(0)
         out = xl.new_full((xl.shape[0], self.num_groups), float("-inf"))
         return out.scatter_reduce_(1, self.index.expand_as(xl), xl, reduce="amax", include_self=True)
 
@@ -219,28 +224,33 @@ def make_groups(group_ids: Any, num_rollouts: int, device: torch.device | None =
         block_size = _contiguous_block_size(ids, size)
         if block_size is not None:
             return Groups(num_rollouts, num_rollouts // block_size, block_size, None, ids.device)
-    index, num_groups = _dense_codes(ids)
+    index, num_groups, counts = _dense_codes(ids)
     if size == 1 and num_groups == num_rollouts:  # every rollout its own group: blocks of one
         return Groups(num_rollouts, num_rollouts, 1, None, ids.device)
-    return Groups(num_rollouts, num_groups, None, index, ids.device)
+    groups = Groups(num_rollouts, num_groups, None, index, ids.device)
+    if counts is not None:
+        groups.__dict__["sizes"] = counts  # the cached_property, filled from the same bincount
+    return groups
 
 
-def _dense_codes(ids: Tensor) -> tuple[Tensor, int]:
-    """Map arbitrary int64 ids to codes ``0..num_groups-1`` (numbering is irrelevant to results)."""
+def _dense_codes(ids: Tensor) -> tuple[Tensor, int, Tensor | None]:
+    """Map arbitrary int64 ids to codes ``0..num_groups-1`` (numbering is irrelevant to results),
+    plus the group sizes when they came for free (else ``None``)."""
     low, high = (int(v) for v in torch.aminmax(ids))
     span = high - low + 1
     if span <= 4 * ids.numel() + 1024:
         # Compact id range (the usual case): a bincount is O(N + span), far faster than sorting.
         shifted = ids - low if low else ids
-        present = torch.bincount(shifted, minlength=span) > 0
+        counts = torch.bincount(shifted, minlength=span)
+        present = counts > 0
         num_groups = int(present.sum())
         if num_groups == span:  # already dense (0..G-1, shuffled or not): no remapping
-            return shifted, num_groups
+            return shifted, num_groups, counts
         codes = torch.cumsum(present, dim=0) - 1
-        return codes[shifted], num_groups
+        return codes[shifted], num_groups, counts[present]
     _, inverse = np.unique(ids.cpu().numpy(), return_inverse=True)
     inverse = torch.from_numpy(inverse.reshape(-1).astype(np.int64)).to(ids.device)
-    return inverse, int(inverse.max()) + 1
+    return inverse, int(inverse.max()) + 1, None
 
 
 def _first_run_length(ids: Tensor) -> int:
@@ -270,7 +280,7 @@ def _contiguous_block_size(ids: Tensor, size: int) -> int | None:
     if run_ids.numel() == 1 or bool((run_ids[1:] > run_ids[:-1]).all()):
         return size
     # Runs are distinct groups only if no id comes back in a later run.
-    _, count = _dense_codes(run_ids)
+    _, count, _ = _dense_codes(run_ids)
     return size if count == run_ids.numel() else None
 
 
@@ -390,14 +400,21 @@ class GroupMoments:
         return self.centered / self.groups.spread(self.scale)
 
 
-def group_moments(x: Tensor, groups: Groups) -> GroupMoments:
+def group_moments(x: Tensor, groups: Groups, sum_sq: bool = True, shifted: bool = False) -> GroupMoments:
     """NaN-aware within-group moments of ``x`` ``[N, C]`` (shifted two-pass, see the module).
 
     ``x`` is float32 or float64 and is computed in its own dtype. The result is checked on the
     per-group sums (cheap: ``[num_groups, C]``): a sum of squares outside ``SAFE_SUM_SQ``, or one
     that underflowed to 0 while the shifted values do not sum to 0, sends the batch to the
-    rescaled float64 path, so every finite input gives exact moments.
+    rescaled float64 path, so every finite input gives exact moments. ``sum_sq=False`` (for
+    estimators that only center, such as Dr. GRPO) skips the squares: then only an overflow of
+    the centered values sends the batch to the rescaled path, and :attr:`GroupMoments.sum_sq`
+    is ``None``. ``shifted=True`` says ``x`` (without NaN) is already taken relative to a member
+    of each group (its first row), so the shift is skipped.
     """
+    if shifted:
+        xl = groups.rows(x)
+        return _centered_moments(x, groups, xl, xl, groups.layout_sizes(x.dtype), None, sum_sq)
     has_nan = bool(torch.isnan(x.sum())) and bool(torch.isnan(x).any())
     xl = groups.rows(x)
     if not has_nan:
@@ -410,17 +427,57 @@ def group_moments(x: Tensor, groups: Groups) -> GroupMoments:
         high = groups.layout_amax(xl.masked_fill(~present, float("-inf")))
         shifted = torch.where(present, xl - groups.spread(high), torch.zeros_like(xl))
         count = groups.total(present.to(x.dtype))
+    return _centered_moments(x, groups, xl, shifted, count, present, sum_sq)
+
+
+def _centered_moments(
+    x: Tensor, groups: Groups, xl: Tensor, shifted: Tensor, count: Tensor, present: Tensor | None, sum_sq: bool
+) -> GroupMoments:
     shifted_sum = groups.total(shifted)
     mean = shifted_sum / (count if present is None else count.clamp(min=1))
     centered = shifted - groups.spread(mean)
     if present is not None:
         centered = torch.where(present, centered, torch.zeros_like(centered))
-    sum_sq = groups.total(centered * centered)
+    if not sum_sq:
+        if not bool(torch.isfinite(shifted_sum.sum())):
+            return _scaled_moments(x.to(torch.float64), groups)
+        return GroupMoments(groups, centered, count, None, None, present)  # type: ignore[arg-type]
+    squares = groups.total(centered * centered)
     low, high_limit = SAFE_SUM_SQ[x.dtype]
-    unsafe = ~(sum_sq <= high_limit) | ((sum_sq < low) & ((sum_sq > 0) | (shifted_sum != 0)))
+    unsafe = ~(squares <= high_limit) | ((squares < low) & ((squares > 0) | (shifted_sum != 0)))
     if bool(unsafe.any()):
         return _scaled_moments(x.to(torch.float64), groups)
-    return GroupMoments(groups, centered, count, sum_sq, None, present)
+    return GroupMoments(groups, centered, count, squares, None, present)
+
+
+def group_zscores_1d(x: Tensor, groups: Groups, eps: float, ddof: int) -> Tensor:
+    """``(x − mean_g x)/(std_g x + eps)`` ``[N]`` for one float64 column ``x`` ``[N]`` (GRPO's
+    hot path), with the same conventions as :meth:`GroupMoments.zscores`.
+
+    One pass fewer than :func:`group_moments`: the sum of squares comes from the shifted sums,
+    ``Σd² − (Σd)²/n`` with ``d = x − x_first`` (the shift by a member keeps this accurate to
+    ``~n²·ε`` relative, far inside float64's needs, and exactly 0 for a constant group), so the
+    centered values are formed only once, in the output. NaN, or magnitudes outside
+    ``SAFE_SUM_SQ``, take the general path.
+    """
+    if x.dtype != torch.float64 or bool(torch.isnan(x.sum())):
+        return groups.per_row(group_moments(x.unsqueeze(1), groups).zscores(eps, ddof))
+    xl = x.unsqueeze(0) if groups.block_size is None else x.view(groups.num_groups, groups.block_size, 1)
+    shifted = xl - groups.spread(groups.representative(xl))
+    count = groups.layout_sizes(x.dtype)
+    total = groups.total(shifted)
+    squares = groups.total(shifted * shifted)
+    sum_sq = (squares - total * total / count).clamp(min=0.0)
+    low, high = SAFE_SUM_SQ[x.dtype]
+    if bool((~(squares <= high) | ((squares < low) & (squares > 0))).any()):
+        return groups.per_row(group_moments(x.unsqueeze(1), groups).zscores(eps, ddof))
+    dof = count - ddof
+    std = torch.where(dof > 0, sum_sq / dof.clamp(min=1), torch.zeros_like(sum_sq)).sqrt()
+    denominator = std + eps
+    inverse = torch.where(denominator > 0, 1.0 / denominator, torch.zeros_like(denominator))
+    mean = total / count
+    # exact zeros for constant groups: shifted == 0 and mean == 0 there
+    return groups.per_row((shifted - groups.spread(mean)) * groups.spread(inverse))
 
 
 def _scaled_moments(x: Tensor, groups: Groups) -> GroupMoments:

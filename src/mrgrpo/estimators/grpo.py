@@ -11,7 +11,7 @@ from torch import Tensor
 
 from mrgrpo.estimators._checks import check_choice, check_ddof, check_eps
 from mrgrpo.errors import InputError
-from mrgrpo.estimators.groups import Groups, group_moments, pow2_scale, standardize
+from mrgrpo.estimators.groups import Groups, group_moments, group_zscores_1d, pow2_scale, standardize
 from mrgrpo.estimators.registry import register_estimator
 
 SCALES = ("group", "batch", "none")
@@ -46,7 +46,7 @@ def weighted_total(rewards: Tensor, weights: Tensor) -> Tensor:
 
 
 #: Rows per chunk when a float32 matrix is multiplied in float64 (the chunk stays in cache).
-CHUNK_ROWS = 16384
+CHUNK_ROWS = 65536
 
 
 def _matvec64(x: Tensor, w: Tensor) -> Tensor:
@@ -93,13 +93,52 @@ def grpo(
     check_choice(scale, "scale", SCALES, "grpo")
     eps = check_eps(eps, "grpo")
     ddof = check_ddof(ddof, "grpo")
+    if rewards.dtype == torch.float32 and scale != "batch":
+        shifted = _shifted_total32(rewards, groups, weights)
+        if shifted is not None:
+            moments = group_moments(shifted.unsqueeze(1), groups, sum_sq=scale != "none", shifted=True)
+            return groups.per_row(moments.unscaled() if scale == "none" else moments.zscores(eps, ddof))
     total = weighted_total(rewards, weights)
     if scale == "batch":
         return _batch_scaled(total, groups, eps, ddof)
-    moments = group_moments(total.unsqueeze(1), groups)
     if scale == "none":
-        return groups.per_row(moments.unscaled())
-    return groups.per_row(moments.zscores(eps, ddof))
+        return groups.per_row(group_moments(total.unsqueeze(1), groups, sum_sq=False).unscaled())
+    return group_zscores_1d(total, groups, eps, ddof)
+
+
+def _shifted_total32(rewards: Tensor, groups: Groups, weights: Tensor) -> Tensor | None:
+    """``T_i − T_first(g)`` ``[N]`` float32, with ``T`` computed in float64 (so the shift, where a
+    float32 total would cancel, is exact) and only the difference, of the groups' spread
+    scale, rounded to float32. ``None`` when the float64 path must be taken instead (NaN, or
+    magnitudes a float32 difference cannot hold)."""
+    if rewards.device.type != "cpu" or bool(torch.isnan(rewards.sum())):
+        return None
+    n = rewards.shape[0]
+    out = torch.empty(n, dtype=torch.float32)
+    if groups.block_size is not None:
+        g = groups.block_size
+        rows = max(g, CHUNK_ROWS // g * g)
+        buffer = torch.empty(rows, rewards.shape[1], dtype=torch.float64)
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            chunk = buffer[: stop - start]
+            chunk.copy_(rewards[start:stop])
+            total = torch.mv(chunk, weights).view(-1, g)
+            torch.sub(total, total[:, :1], out=total)
+            out[start:stop].copy_(total.view(-1))
+    else:
+        total = _matvec64(rewards, weights)
+        first = total.index_select(0, groups.first)
+        buffer = torch.empty(min(n, CHUNK_ROWS), dtype=torch.float64)
+        for start in range(0, n, CHUNK_ROWS):
+            stop = min(start + CHUNK_ROWS, n)
+            chunk = buffer[: stop - start]
+            torch.index_select(first, 0, groups.index[start:stop], out=chunk)
+            torch.sub(total[start:stop], chunk, out=chunk)
+            out[start:stop].copy_(chunk)
+    if not bool(torch.isfinite(out.sum())):
+        return None
+    return out
 
 
 def _batch_scaled(total: Tensor, groups: Groups, eps: float, ddof: int) -> Tensor:
@@ -113,7 +152,7 @@ def _batch_scaled(total: Tensor, groups: Groups, eps: float, ddof: int) -> Tenso
     factors = pow2_scale(kept.abs().amax())
     factor = factors[0] * factors[1]
     unit = total * factors[0] * factors[1]
-    centered = groups.per_row(group_moments(unit.unsqueeze(1), groups).unscaled())
+    centered = groups.per_row(group_moments(unit.unsqueeze(1), groups, sum_sq=False).unscaled())
     kept = unit[scored]
     spread = kept - kept.mean()
     std = ((spread * spread).sum() / (n - ddof)).sqrt() if n > ddof else kept.new_zeros(())

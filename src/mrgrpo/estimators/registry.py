@@ -221,9 +221,8 @@ def compute_advantages(
 
 def _fits_float32(weights: Tensor) -> bool:
     """Weights whose nonzero magnitudes keep float32 products exact enough: within 2^±60."""
-    magnitude = weights.abs()
-    nonzero = magnitude[magnitude > 0]
-    return not nonzero.numel() or (float(nonzero.max()) <= 2.0**60 and float(nonzero.min()) >= 2.0**-60)
+    nonzero = [abs(v) for v in weights.tolist() if v != 0]
+    return not nonzero or (max(nonzero) <= 2.0**60 and min(nonzero) >= 2.0**-60)
 
 
 def check_output(advantages: Tensor, out_dtype: torch.dtype, estimator: str) -> Tensor:
