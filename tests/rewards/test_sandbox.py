@@ -314,7 +314,7 @@ def test_deep_recursion(launcher):
     result = run(job("def f(n):\n    return f(n + 1)\nf(0)\n"), launcher)
     assert (result.verdict, result.error_type) == (Verdict.ERROR, "RecursionError")
     # C-level recursion (repr of a deeply nested list) past the C stack, its guard removed
-    crash = run(job("import sys\nsys.setrecursionlimit(10**8)\nx = []\nfor _ in range(10**6):\n    x = [x]\nrepr(x)\n"), launcher)
+    crash = run(job("import sys\nsys.setrecursionlimit(10**8)\nx = []\nfor _ in range(10**6):\n    x = [x]\nrepr(x)\n", limits=Limits(wall_s=30, cpu_s=10, memory_mb=512)), launcher)
     assert crash.verdict in (Verdict.CRASHED, Verdict.MEMORY)
 
 

@@ -24,13 +24,20 @@ The two processes of a run:
 """
 
 
+_SYMBOLS = {}
+
+
 def _libc():
+    """``call(name, *args)`` of a C library function (symbols resolved once, in the launcher)."""
     import _ctypes
 
-    handle = _ctypes.dlopen(None)
+    if not _SYMBOLS:
+        handle = _ctypes.dlopen(None)
+        for name in ("prctl", "unshare", "mount", "chroot", "setns"):
+            _SYMBOLS[name] = _ctypes.dlsym(handle, name)
 
     def call(name, *args):
-        return _ctypes.call_function(_ctypes.dlsym(handle, name), args)
+        return _ctypes.call_function(_SYMBOLS[name], args)
 
     return call
 
@@ -482,6 +489,19 @@ class ValueTooLarge(Exception):
 _NOT_MAPPED = frozenset(("SystemExit", "KeyboardInterrupt", "GeneratorExit", "StopIteration", "StopAsyncIteration"))
 
 
+_EXCEPTIONS = {}
+
+
+def _exceptions(builtins_dict):
+    """Built-in exception types by name (those a candidate's error may map to); computed once."""
+    if not _EXCEPTIONS:
+        _EXCEPTIONS.update(
+            (k, v) for k, v in builtins_dict.items()
+            if type(v) is type and issubclass(v, BaseException) and k not in _NOT_MAPPED
+        )
+    return _EXCEPTIONS
+
+
 class _Link:
     """The judge's end of the pipe pair: one request, one reply, timed on the judge's clock."""
 
@@ -495,10 +515,7 @@ class _Link:
         self.clock = time.perf_counter_ns
         self.poll = select.poll()
         self.poll.register(from_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        self.exceptions = {
-            k: v for k, v in builtins_dict.items()
-            if type(v) is type and issubclass(v, BaseException) and k not in _NOT_MAPPED
-        }
+        self.exceptions = _exceptions(builtins_dict)
 
     def request(self, kind, payload=b"", timed=False):
         """``(kind, payload)`` of the reply, or raises (CandidateGone, ValueTooLarge).
@@ -751,11 +768,10 @@ def _boot(read, role):
         _candidate_main(read)
 
 
-_PRELOAD = (
-    "typing", "collections", "re", "math", "cmath", "itertools", "functools", "heapq", "string", "bisect",
-    "copy", "random", "hashlib", "fractions", "decimal", "statistics", "operator", "resource", "_ctypes",
-    "ctypes", "binascii", "zlib", "base64", "json", "datetime", "array", "struct", "textwrap", "unicodedata",
-    "numbers", "dataclasses", "enum", "io", "time", "select", "fcntl", "errno", "marshal", "string",
+_PRELOAD = (  # common in tests and programs; binascii/zlib/_ctypes need shared libraries the chroot lacks
+    "typing", "collections", "re", "math", "itertools", "functools", "heapq", "string", "bisect", "copy",
+    "random", "hashlib", "fractions", "statistics", "operator", "resource", "_ctypes", "binascii", "zlib",
+    "fcntl", "select",
 )
 
 
@@ -775,6 +791,7 @@ def _zygote(control_fd):
     import select
     import signal
     import socket
+    import sys
 
     for name in _PRELOAD:
         try:
@@ -782,6 +799,7 @@ def _zygote(control_fd):
         except ImportError:
             pass
     _harden(pdeathsig=False)
+    _exceptions(sys.modules["builtins"].__dict__)
     gc.collect()
     gc.freeze()  # forked children do not copy the preloaded heap's pages by collecting it
     control = socket.socket(fileno=control_fd)

@@ -466,6 +466,9 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -
     judge_fds = (j_in[0], report[1], j2c[1], c2j[0])
     candidate_fds = (c_in[0], c_out[1], c_err[1], j2c[0], c2j[1])
     ours = (j_in[1], report[0], c_in[1], c_out[0], c_err[0])
+    # Fill both stdin pipes before the processes exist (a pipe holds 64 KiB), so that each
+    # starts working at once; _collect writes whatever did not fit.
+    stdins = tuple(_prefill(fd, data) for fd, data in ((j_in[1], stdins[0]), (c_in[1], stdins[1])))
     started = time.monotonic()
     pids: tuple[int, int] | None = None
     try:
@@ -501,6 +504,15 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -
     return _verdict(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
 
 
+def _prefill(fd: int, data: bytes) -> bytes:
+    """Write what fits into the pipe ``fd`` without blocking; the rest."""
+    os.set_blocking(fd, False)
+    try:
+        return data[os.write(fd, data) :]
+    except BlockingIOError:
+        return data
+
+
 def _collect(pids, fds, owned, stdins, limits, started):
     """Feed both stdins, gather output and the judge's report until the judge is done (then a
     short grace for the candidate's last output) or the deadline; kills on timeout/output."""
@@ -513,10 +525,14 @@ def _collect(pids, fds, owned, stdins, limits, started):
     for fd in buffers:
         os.set_blocking(fd, False)
         selector.register(fd, selectors.EVENT_READ)
-    pending = {j_in: memoryview(stdins[0]), c_in: memoryview(stdins[1])}
-    for fd in pending:
-        os.set_blocking(fd, False)
-        selector.register(fd, selectors.EVENT_WRITE)
+    pending = {}
+    for fd, data in ((j_in, stdins[0]), (c_in, stdins[1])):
+        if data:
+            pending[fd] = memoryview(data)
+            selector.register(fd, selectors.EVENT_WRITE)
+        else:
+            owned.discard(fd)
+            os.close(fd)
     open_reads = set(buffers)
     total = 0
     killed_for = None
