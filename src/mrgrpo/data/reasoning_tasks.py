@@ -23,7 +23,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from datasets import Dataset, DatasetDict
+from mrgrpo.extras import import_extra, require
+
+require("math", "reasoning-gym tasks (mrgrpo.data.reasoning_tasks)")
+
+from datasets import Dataset, DatasetDict  # noqa: E402 (after the extra check)
 
 from mrgrpo.data.math_prompt import Example, math_prompt
 from mrgrpo.rewards.math import format_answer
@@ -58,7 +62,7 @@ def distinct_items(task: str, config: Mapping[str, Any], seed: int, count: int, 
     Returns ``(dataset, [(index, entry), ...])``. Raises ``ValueError`` when the task's
     configuration cannot yield that many distinct questions within ``SCAN_FACTOR * count`` items.
     """
-    import reasoning_gym
+    reasoning_gym = import_extra("reasoning_gym", "math", "reasoning-gym tasks")
 
     scan = max(SCAN_FACTOR * count, 100)
     dataset = reasoning_gym.create_dataset(task, seed=seed, size=scan, **config)

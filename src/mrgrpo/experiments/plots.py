@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from mrgrpo.experiments.stats import mean_ci
+from mrgrpo.extras import import_extra
 
 
 def _plt() -> Any:
-    import matplotlib
+    matplotlib = import_extra("matplotlib", "plots", "experiment plots")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from mrgrpo.extras import import_extra, require
 from mrgrpo.rewards.base import (
     RewardComponent,
     RewardSuite,
@@ -137,7 +138,7 @@ def format_ok(text: str, answer_format: str = "answer_tag", think: bool = False)
 
 @lru_cache(maxsize=256)
 def _task_scorer(task: str, task_config: str) -> Any:
-    import reasoning_gym
+    reasoning_gym = import_extra("reasoning_gym", "math", "reasoning-gym task scoring")
 
     config = json.loads(task_config) if task_config else {}
     return reasoning_gym.create_dataset(task, **config)
@@ -171,6 +172,7 @@ def math_verify_score(answer: str | None, reference: str, timeout_s: int = MATH_
     """
     if answer is None:
         return 0.0
+    require("math", "math-verify answer checking")
     if threading.current_thread() is threading.main_thread():
         return _math_verify(answer, reference, timeout_s)
     return _VERIFY_WORKER.score(answer, reference, timeout_s)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from mrgrpo.extras import require
+
 __all__ = ["MultiRewardGRPOTrainer", "TrainConfig", "load_config", "load_model", "run_train", "run_eval"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in __all__:
+        require("trl", f"mrgrpo.train.{name}")
     if name == "MultiRewardGRPOTrainer":
         from mrgrpo.train.trainer import MultiRewardGRPOTrainer
 

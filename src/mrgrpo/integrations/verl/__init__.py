@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 import mrgrpo
+from mrgrpo.extras import require, require_package
 from mrgrpo.integrations.verl.adapter import PREFIX, mrgrpo_name, token_advantages, verl_name
 from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
 from mrgrpo.integrations.verl.patch import install, uninstall
@@ -72,6 +73,8 @@ def register_all() -> list[str]:
 
     A name already taken by something else than an mrgrpo estimator raises (verl's own rule).
     """
+    require_package("verl", "the verl integration")
+    require("verl", "the verl integration")
     from verl.trainer.ppo import core_algos
 
     registry = core_algos.ADV_ESTIMATOR_REGISTRY
