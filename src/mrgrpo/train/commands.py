@@ -14,6 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrgrpo.extras import require
+
 
 def train_command(
     config: Annotated[
@@ -37,6 +39,8 @@ def train_command(
     (correctness, format, length), corr_grpo, CPU, under 10 minutes on 2 cores.
     """
     started = time.monotonic()
+    require("trl", "mrgrpo train")
+    require("plots", "mrgrpo train (TensorBoard events and the run report's plots)")
     from mrgrpo.train.config import ConfigError, load_config
     from mrgrpo.train.job import load_run_config, run_train
 
@@ -77,6 +81,7 @@ def eval_command(
     AgentDojo utility / utility under attack / attack success rate (limit = user tasks per suite),
     Agent Security Bench attack success rate (attacker tool called) and utility (limit = cases)."""
     from mrgrpo.train.config import ConfigError
+    require("trl", "mrgrpo eval")
     from mrgrpo.train.evaluate import print_table, run_eval
 
     try:

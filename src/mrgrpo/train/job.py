@@ -137,7 +137,10 @@ def run_train(
 
     The task and reward suite are checked before the model loads (:func:`prepare_task`); every
     child process the run starts is ended on every way out (:mod:`mrgrpo.train.children`)."""
+    from mrgrpo.extras import require
     from mrgrpo.train.children import reaped_children
+
+    require("plots", "mrgrpo.train.run_train (TensorBoard events and the run report's plots)")
 
     with reaped_children():
         return _run_train(config, out, resume, job_started, extra_callbacks, quiet)
