@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from typer.testing import CliRunner
 
 from mrgrpo.errors import MissingExtraError
@@ -148,3 +149,15 @@ def test_verl_without_verl(monkeypatch):
     missing(monkeypatch, "verl")
     with pytest.raises(MissingExtraError, match="pip install --no-deps verl==0.9.1"):
         register_all()
+
+
+def test_the_readme_ranges_table_is_the_metadata():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    declared = {
+        Requirement(r).name: str(Requirement(r).specifier)
+        for r in PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["trl"]
+    }
+    for name in ("torch", "numpy", "transformers", "trl"):
+        (row,) = [line for line in readme.splitlines() if line.startswith(f"| {name} |")]
+        shown = row.split("|")[2].strip().strip("`")
+        assert SpecifierSet(shown) == SpecifierSet(declared[name]), (name, shown, declared[name])

@@ -9,16 +9,16 @@ from typing import Any
 
 from mrgrpo.extras import require
 
-__all__ = ["MultiRewardGRPOTrainer", "TrainConfig", "load_config", "load_model", "run_train", "run_eval"]
+__all__ = ["MultiRewardGRPOTrainer", "MultiRewardMixin", "TrainConfig", "load_config", "load_model", "run_train", "run_eval"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
         require("trl", f"mrgrpo.train.{name}")
-    if name == "MultiRewardGRPOTrainer":
-        from mrgrpo.train.trainer import MultiRewardGRPOTrainer
+    if name in ("MultiRewardGRPOTrainer", "MultiRewardMixin"):
+        from mrgrpo.train import trainer
 
-        return MultiRewardGRPOTrainer
+        return getattr(trainer, name)
     if name in ("TrainConfig", "load_config"):
         from mrgrpo.train import config
 
