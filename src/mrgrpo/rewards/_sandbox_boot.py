@@ -747,6 +747,47 @@ def _judge_main(read):
     report(b"done %d %d" % (index, link.elapsed))
 
 
+def _judge_server(control_fd, read):
+    """A judge that serves the runs of one caller thread, one at a time, each in a fresh namespace.
+
+    Forked from the launcher's pristine state, it never runs untrusted code, so it stays
+    pristine from one run to the next; each run arrives as four pipe ends over ``control_fd``
+    (job, report, to-candidate, from-candidate), is judged by :func:`_judge_main` on fds 0/3/4/5,
+    and ends with those fds closed (the caller sees the report's end, the candidate its
+    requests' end). It exits when the control socket closes; a run that timed out kills it.
+    """
+    import gc
+    import posix
+    import socket
+
+    control = socket.socket(fileno=control_fd)
+    null = posix.open("/dev/null", posix.O_RDWR)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 16, 8)
+        except OSError:
+            return
+        if not message:
+            return
+        if len(fds) == 4:
+            high = [posix.dup(fd) if fd in (0, 3, 4, 5) else fd for fd in fds]
+            for target, fd in zip((0, 3, 4, 5), high):
+                posix.dup2(fd, target)
+            for fd in set(high) | set(fds):
+                if fd not in (0, 3, 4, 5):
+                    posix.close(fd)
+            try:
+                _judge_main(read)
+            except BaseException:
+                pass
+            gc.collect()
+        else:
+            for fd in fds:
+                posix.close(fd)
+        for target in (0, 3, 4, 5):
+            posix.dup2(null, target)
+
+
 # --- process entry points -----------------------------------------------------------------
 
 def _boot(read, role):
@@ -779,11 +820,11 @@ def _zygote(control_fd):
     """A launcher: a fresh interpreter that preloads common modules, then forks the two
     processes of each run from that pristine, secret-free state.
 
-    It never sees a job: the caller sends, over the control socket, only the nine pipe ends
-    of a run (judge: stdin, report, to-candidate, from-candidate; candidate: stdin, stdout,
-    stderr, from-judge, to-judge). Replies: ``P <judge pid> <candidate pid>`` per run,
-    ``X <pid> <wait status>`` per exit. When the control socket closes (the caller ended,
-    however it ended), it kills every process it started and exits.
+    It never sees a job. Messages on the control socket: ``C`` with the five pipe ends of a
+    run's candidate (stdin, stdout, stderr, from-judge, to-judge) forks a candidate; ``K``
+    with one socket end forks a judge server (:func:`_judge_server`). Replies: ``P <pid>`` per
+    fork, ``X <pid> <wait status>`` per exit. When the control socket closes (the caller
+    ended, however it ended), it kills every process it started and exits.
     """
     import gc
     import importlib
@@ -856,20 +897,18 @@ def _zygote(control_fd):
             shutdown()
         if not message:
             shutdown()
-        if len(fds) != 9:
+        role = {(b"C", 5): "candidate", (b"K", 1): "judge"}.get((message[:1], len(fds)))
+        if role is None:
             for fd in fds:
                 posix.close(fd)
             continue
-        pids = []
-        for role, mine in (("candidate", fds[4:]), ("judge", fds[:4])):
-            pid = posix.fork()
-            if pid == 0:
-                _zygote_child(role, mine, control, wake_r, wake_w)
-            live.add(pid)
-            pids.append(pid)
+        pid = posix.fork()
+        if pid == 0:
+            _zygote_child(role, fds, control, wake_r, wake_w)
+        live.add(pid)
         for fd in fds:
             posix.close(fd)
-        control.sendall(b"P %d %d\n" % (pids[1], pids[0]))
+        control.sendall(b"P %d\n" % pid)
 
 
 def _zygote_child(role, fds, control, wake_r, wake_w):
@@ -896,8 +935,8 @@ def _zygote_child(role, fds, control, wake_r, wake_w):
 
         if role == "judge":
             null = posix.open("/dev/null", posix.O_RDWR)
-            _arrange([fds[0], null, null, fds[1], fds[2], fds[3]], 0)
-            _judge_main(read)
+            _arrange([null, null, null, null, null, null, fds[0]], 0)
+            _judge_server(6, lambda n: _read_exact(0, n))
         else:
             _arrange(fds, 0)
             _candidate_main(read)

@@ -3,16 +3,16 @@
 Starting a Python interpreter and importing ``typing`` & co. costs more than most test suites
 take to run. The launcher is one fresh ``python -I -S`` interpreter (started with the same
 scrubbed environment as a direct run, never a fork of the caller) that preloads common
-standard-library modules and then forks the two processes of each run (judge, candidate)
-*before* they receive anything: each starts from the same pristine, secret-free state, and
-then goes through exactly the code of a direct run.
+standard-library modules and then forks, from that pristine, secret-free state, one
+*candidate* process per run and *judge servers* that judge one run at a time (a judge never
+runs untrusted code, so it stays pristine; see ``_sandbox_boot._judge_server``).
 
-Protocol on a Unix socket pair: the caller sends one byte with the nine pipe ends of a run as
-SCM_RIGHTS; the launcher replies ``P <judge pid> <candidate pid>`` and, when each exits,
-``X <pid> <wait status>``. The caller is root or the same user as the processes' starting
-uid, so it kills a run's process groups directly. When the caller's end of the socket closes
-(normal exit, exception, SIGTERM, SIGKILL), the launcher kills every process it started and
-exits; :meth:`Zygote.close` does the same on purpose and reaps the launcher.
+Protocol on a Unix socket pair: the caller sends ``C`` with a candidate's five pipe ends, or
+``K`` with one end of a judge server's control socket, as SCM_RIGHTS; the launcher replies
+``P <pid>`` and, when that process exits, ``X <pid> <wait status>``. The caller is root or the
+same user as the processes' starting uid, so it kills them directly. When the caller's end of
+the socket closes (normal exit, exception, SIGTERM, SIGKILL), the launcher kills every process
+it started and exits; :meth:`Zygote.close` does the same on purpose and reaps the launcher.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class Zygote:
         self._sock = ours
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._spawned: list[tuple[int, int]] = []
+        self._spawned: list[int] = []
+        self.idle_judges: list[tuple[int, socket.socket]] = []  # judge servers between runs
         self._exits: dict[int, int] = {}
         self.alive = True
         threading.Thread(target=self._reader, name="mrgrpo-zygote-reader", daemon=True).start()
@@ -87,8 +88,8 @@ class Zygote:
                 with self._cond:
                     for line in lines:
                         words = line.split()
-                        if len(words) == 3 and words[0] == b"P":
-                            self._spawned.append((int(words[1]), int(words[2])))
+                        if len(words) == 2 and words[0] == b"P":
+                            self._spawned.append(int(words[1]))
                         elif len(words) == 3 and words[0] == b"X":
                             self._exits[int(words[1])] = int(words[2])
                     self._cond.notify_all()
@@ -102,14 +103,14 @@ class Zygote:
     def pid(self) -> int:
         return self._proc.pid
 
-    def spawn(self, fds: Sequence[int], timeout: float = 30.0) -> tuple[int, int]:
-        """Start a run's judge and candidate on these nine pipe ends; their pids."""
+    def spawn(self, kind: bytes, fds: Sequence[int], timeout: float = 30.0) -> int:
+        """Fork a candidate (``C``, its five pipe ends) or a judge server (``K``, its socket); the pid."""
         with self._send_lock:
             with self._cond:
                 if not self.alive:
                     raise ZygoteDied("sandbox launcher is gone")
             try:
-                socket.send_fds(self._sock, [b"J"], list(fds))
+                socket.send_fds(self._sock, [kind], list(fds))
             except OSError as error:
                 raise ZygoteDied(str(error)) from error
             with self._cond:
@@ -128,8 +129,14 @@ class Zygote:
                 raise ZygoteDied("sandbox launcher is gone")
             return os.waitstatus_to_exitcode(self._exits.pop(pid))
 
+    def exited(self, pid: int) -> bool:
+        with self._cond:
+            return pid in self._exits
+
     def close(self) -> None:
         """End the launcher and every process it started; reap it."""
+        for _, sock in self.idle_judges:
+            sock.close()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -58,6 +58,7 @@ import random
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -417,15 +418,76 @@ class _DirectPair:
         except subprocess.TimeoutExpired:
             return None
 
+    def end(self, pids: tuple[int, int], judge_done: bool) -> int | None:
+        judge_pid, candidate_pid = pids
+        _kill(candidate_pid)
+        if not judge_done:
+            _kill(judge_pid)
+        returncode = self.wait(candidate_pid, 5.0)
+        if self.wait(judge_pid, 1.0) is None:
+            _kill(judge_pid)
+            self.wait(judge_pid, 5.0)
+        return returncode
+
 
 class _ZygotePair:
-    """Judge and candidate forked by the launcher from its pristine state."""
+    """A judge server (reused from run to run) and a candidate forked by the launcher."""
 
     def __init__(self, zygote: Zygote):
         self.zygote = zygote
+        self.judge: tuple[int, socket.socket] | None = None
+
+    def _judge(self) -> tuple[int, socket.socket]:
+        with _zygote_lock:
+            if self.zygote.idle_judges:
+                return self.zygote.idle_judges.pop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = self.zygote.spawn(b"K", [theirs.fileno()])
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return pid, ours
 
     def start(self, judge_fds, candidate_fds) -> tuple[int, int]:
-        return self.zygote.spawn(tuple(judge_fds) + tuple(candidate_fds))
+        for attempt in range(3):
+            pid, sock = self._judge()
+            try:
+                socket.send_fds(sock, [b"J"], list(judge_fds))
+                break
+            except OSError:  # that judge server is gone: take another
+                sock.close()
+                _kill(pid)
+                if attempt == 2:
+                    raise ZygoteDied("sandbox judge servers keep failing") from None
+        self.judge = (pid, sock)
+        try:
+            candidate = self.zygote.spawn(b"C", candidate_fds)
+        except BaseException:
+            self.end_judge(ok=False)
+            raise
+        return pid, candidate
+
+    def end_judge(self, ok: bool) -> None:
+        """The run is over: keep its judge for the next run (``ok``) or kill and reap it."""
+        pid, sock = self.judge  # type: ignore[misc]
+        if ok and not self.zygote.exited(pid):
+            with _zygote_lock:
+                if self.zygote.alive:
+                    self.zygote.idle_judges.append((pid, sock))
+                    return
+        sock.close()
+        _kill(pid)
+        self.zygote.wait(pid, 5.0)
+
+    def end(self, pids: tuple[int, int], judge_done: bool) -> int | None:
+        judge_pid, candidate_pid = pids
+        _kill(candidate_pid)
+        returncode = self.zygote.wait(candidate_pid, 5.0)
+        self.end_judge(judge_done)
+        return returncode
 
     def wait(self, pid: int, timeout: float | None) -> int | None:
         return self.zygote.wait(pid, timeout)
@@ -436,12 +498,14 @@ _live: set[int] = set()  # pids of the judge and candidate processes of runs in 
 
 
 def _live_pids() -> set[int]:
-    """Sandbox processes started and not yet reaped (and the launcher's pid, if running)."""
+    """Sandbox processes started and not yet reaped: runs in progress, idle judge servers and
+    the launcher."""
     with _live_lock:
         pids = set(_live)
     z = _zygote_instance
     if z is not None and z.alive:
         pids.add(z.pid)
+        pids.update(pid for pid, _ in list(z.idle_judges))
     return pids
 
 
@@ -490,17 +554,11 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -
     finally:
         for fd in owned:
             os.close(fd)
-        judge_pid, candidate_pid = pids
-        _kill(candidate_pid)  # the judge has spoken (or failed): the candidate's part is over
-        if got is None:
-            _kill(judge_pid)
-        returncode = pair.wait(candidate_pid, 5.0)
-        if pair.wait(judge_pid, 1.0) is None:
-            _kill(judge_pid)
-            pair.wait(judge_pid, 5.0)
+        # the judge has spoken (or failed): the candidate's part is over
+        returncode = pair.end(pids, judge_done=got is not None and got[4])
         with _live_lock:
             _live.difference_update(pids)
-    reports, stdout, stderr, killed_for = got
+    reports, stdout, stderr, killed_for, _ = got
     return _verdict(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
 
 
@@ -586,12 +644,18 @@ def _collect(pids, fds, owned, stdins, limits, started):
         selector.close()
     if killed_for:
         _kill(judge_pid)
+    reports = bytes(buffers[report_fd]).decode("ascii", "replace").splitlines()
+    judge_done = not killed_for and report_fd not in open_reads and bool(reports) and reports[-1].split()[0] in _LAST
     return (
-        bytes(buffers[report_fd]).decode("ascii", "replace").splitlines(),
+        reports,
         bytes(buffers[out_fd]).decode("utf-8", "replace"),
         bytes(buffers[err_fd]).decode("utf-8", "replace"),
         killed_for,
+        judge_done,
     )
+
+
+_LAST = ("done", "error", "invalid")  # the judge's last line of a run it finished
 
 
 def _verdict(reports, n_cases, returncode, killed_for, wall, stdout, stderr) -> Result:
