@@ -80,13 +80,17 @@ def test_import_extra_passes_through_an_unrelated_import_error(monkeypatch):
 # ---------------------------------------------------------------- at the feature boundaries
 
 
-def test_mrgrpo_train_without_trl(monkeypatch):
+@pytest.mark.parametrize(
+    "argv", [["train"], ["eval", "--model", "tiny"], ["compare"], ["analyze", "rollouts.jsonl"]], ids=lambda a: a[0]
+)
+def test_training_commands_without_trl(argv, monkeypatch):
     from mrgrpo.cli import app
 
     missing(monkeypatch, "trl")
-    result = CliRunner().invoke(app, ["train"])
+    result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2
-    assert "mrgrpo train needs the 'trl' extra (trl is not installed): pip install 'mrgrpo[trl]'" in result.output
+    assert f"mrgrpo {argv[0]}" in result.output
+    assert "needs the 'trl' extra (trl is not installed): pip install 'mrgrpo[trl]'" in result.output
 
 
 def test_the_trainer_without_trl(monkeypatch):

@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrgrpo.extras import require
+
 
 def compare_command(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="train config YAML (+ optional `experiment` section)")] = None,
@@ -18,6 +20,8 @@ def compare_command(
 ) -> None:
     """Train every estimator × seed (paired) and write compare.md with 95% intervals, curves and Pareto plots.
     Rerun the same command to resume: finished runs are not rerun."""
+    require("trl", "mrgrpo compare")
+    require("plots", "mrgrpo compare (curves and Pareto plots)")
     from mrgrpo.experiments.compare import run_compare
     from mrgrpo.train.config import ConfigError
 
@@ -41,6 +45,7 @@ def analyze_command(
 ) -> None:
     """Replay logged reward batches through every estimator: sign agreement, rank correlation,
     effective component weights, diagnostics over time."""
+    require("trl", "mrgrpo analyze (it reads TRL run directories)")
     from mrgrpo.experiments.analyze import run_analyze
 
     try:
