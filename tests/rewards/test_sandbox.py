@@ -441,3 +441,18 @@ def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
     with pytest.raises(IsolationError):
         run(job(GOOD), require_isolation=True)
     assert leftovers() <= before
+
+
+def test_the_docs_page_names_what_the_code_does():
+    import inspect
+    import re
+    from pathlib import Path
+
+    import mrgrpo.rewards.sandbox as sandbox
+
+    page = (Path(__file__).parents[2] / "docs" / "sandbox.md").read_text()
+    verdicts = page.split("## Verdicts and results", 1)[1].split("##", 1)[0]
+    assert {v.value for v in Verdict} <= set(re.findall(r"`(\w+)`", verdicts))
+    assert "`netns,mountns,chroot,uid`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
+    for fn in (sandbox.run, sandbox.run_many):
+        assert "require_isolation" in inspect.signature(fn).parameters

@@ -1,7 +1,10 @@
 """Turning a test suite into separately counted cases (private helper of the sandbox).
 
 Runs in the *parent* on trusted test code (dataset tests, never completions): it only parses
-and rewrites, it never executes. The result is the source of a module whose top-level
+and rewrites, it never executes. The result runs in the sandbox's judge process; the
+candidate is the ``candidate`` argument (a proxy whose calls go over a pipe), and
+:func:`free_names` / :func:`declared_stubs` say which other names the judge looks up among
+the program's definitions. The result is the source of a module whose top-level
 statements are the tests' own module-level statements (imports, ``METADATA``, helpers) and
 which defines one generator function ``__mrgrpo_cases__(candidate)``. Its body is the test
 body with every top-level statement that contains an ``assert`` (a *case*) wrapped as::

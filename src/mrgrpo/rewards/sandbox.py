@@ -8,8 +8,13 @@ the program is a request over a pipe, timed on the judge's clock, and what comes
 decoded by a restricted decoder into plain data only (``None``, ``bool``, ``int``,
 ``float``, ``complex``, ``str``, ``bytes``, ``list``/``tuple``/``dict``/``set``/``frozenset``
 of these; see ``_sandbox_wire``). Every value the tests see therefore has an exact built-in
-type with that type's genuine comparison and arithmetic; anything else the program returns
-(an object, a function, a generator) fails that case with the named reason ``NotPlainData``.
+type with that type's genuine comparison and arithmetic; an instance of a subclass of those
+types (``Counter``, ``namedtuple``, a ``float`` subclass with a lying ``__sub__``) arrives as the
+value its base type holds, without its methods; anything else the program returns (an
+object, a function, a generator) fails that case with the named reason ``NotPlainData``.
+Names the tests use resolve in the judge first (its builtins, the trusted context such as
+HumanEval's prompt helpers, the tests), and only then among the program's definitions. A
+reply the candidate writes before it is asked ends it (``EarlyExit``).
 Only the judge holds the tests, the expected outputs and the pipe on which the verdict goes to
 the caller; the candidate holds no secret and no channel to the caller except its captured
 stdout/stderr. So nothing the program does to its own interpreter (lying ``__eq__`` or
@@ -19,10 +24,16 @@ a verdict: at best it makes its own answers wrong or its process end, which fail
 stdin/stdout cases are compared by the judge too. This holds by construction in every mode;
 what the program can reach *outside* its process is bounded by the isolation below.
 
-**Isolation of the candidate** (each run: two processes forked from a pristine ``python -I -S``
-launcher, never from the trainer; or two new interpreters with ``launcher=False``), empty
-environment, its own session, output captured and capped, the whole process group killed on
-timeout, and before any untrusted code runs:
+**Processes.** A pristine ``python -I -S`` launcher (never a fork of the trainer) forks a
+fresh candidate process for every run, and judge servers that judge one run at a time: a
+judge never runs untrusted code, so it stays pristine from run to run; each run's tests get
+a fresh namespace, and a judge whose run timed out is killed. With ``launcher=False`` both
+are new interpreters per run. All of them end with the caller, on every exit path
+(``run_many`` kills and reaps a batch's processes before an exception propagates; the
+launcher kills everything it started when the caller's end of its socket closes).
+
+**Isolation of the candidate**: empty environment, its own session, output captured and
+capped, the whole process group killed on timeout, and before any untrusted code runs:
 
 * when the caller is root: new **network** and **mount** namespaces, a fresh root on a private
   size-capped tmpfs (only the standard library, read-only with ``site-packages`` hidden, three
@@ -31,8 +42,10 @@ timeout, and before any untrusted code runs:
   the caller's files, datasets and processes are out of reach. The judge and the launcher are
   non-dumpable (no ``ptrace``, no ``/proc/<pid>/mem``).
 * otherwise (not root, or namespaces refused): a fresh temporary directory of the caller is the
-  working directory (removed afterwards) and only the guards below hold. The sandbox then says
-  so once, loudly, in the log; ``require_isolation=True`` raises :class:`IsolationError` instead.
+  working directory (removed afterwards) and only the guards below hold, tightened: no
+  ``ctypes`` and no reading outside the standard library and the working directory. The
+  sandbox then says so once, loudly, in the log; ``require_isolation=True`` raises
+  :class:`IsolationError` instead.
 * rlimits: CPU time, address space, file size, open files, processes, core dumps;
 * an audit hook that refuses process creation, signals, sockets, tracing, gc walking, new
   audit hooks, rlimit changes, and writes/deletes/renames outside the working directory.
