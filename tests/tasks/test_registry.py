@@ -143,3 +143,33 @@ def test_code_task_reads_stdio_cases(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rows = get_task("code").rows(TaskSpec("code", {"source": str(path), "test_fraction": 0.0}), "train")
     assert json.loads(rows[0]["test"]) == [{"input": "1 2\n", "output": "3\n"}, {"input": "5 7\n", "output": "12\n"}]
+
+
+def test_mrgrpo_tasks_lists_every_task_with_its_options():
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+
+    result = CliRunner().invoke(app, ["tasks", "--json"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.output)
+    assert [t["name"] for t in listed] == available_tasks()
+    bfcl = next(t for t in listed if t["name"] == "bfcl")
+    assert bfcl["suite"] == "tool_call" and "categories" in bfcl["options"] and "max_prompt_length" in bfcl["options"]
+    table = CliRunner().invoke(app, ["tasks", "humaneval"])
+    assert table.exit_code == 0 and "test_fraction" in table.output
+    assert CliRunner().invoke(app, ["tasks", "nope"]).exit_code == 2
+
+
+def test_docs_name_every_task_option_and_the_humaneval_test_split():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "tasks.md").read_text()
+    for name in available_tasks():
+        task = get_task(name)
+        assert f"**`{name}`**" in docs, name
+        for option in task.options:
+            assert f"`{option}`" in docs, (name, option)
+        assert f"| `{name}` | {task.domain} |" in docs, name
+    ids = ", ".join(i.split("/")[1] for i in get_task("humaneval").test_ids(seed=0))
+    assert " ".join(ids.split()) in " ".join(docs.split())

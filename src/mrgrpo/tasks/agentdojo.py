@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mrgrpo.data.agentdojo import AgentItem
@@ -47,7 +47,7 @@ class AgentDojoTask(Task):
         "version": Option("v1.2.2", "AgentDojo benchmark version"),
         "test_fraction": Option(0.25, "share of each suite's user tasks held out for eval"),
         "tools_in_prompt": Option("full", "full (JSON schemas) | compact (one line per tool) | none"),
-        "max_turns": Option(4, "assistant turns per training episode"),
+        "max_turns": Option(4, "assistant turns per episode (training and mrgrpo eval)"),
         "max_turn_tokens": Option(128, "new tokens per turn"),
         "max_tool_chars": Option(1000, "tool results cut to this many characters (null: never)"),
     }
@@ -96,10 +96,25 @@ class AgentDojoTask(Task):
         attack = attack or DEFAULT_ATTACK
         if attack not in load_attack_names():
             raise ConfigError(f"--attack {attack!r}: unknown; AgentDojo's attacks: {', '.join(load_attack_names())}")
+        from mrgrpo.tasks.prepare import model_context
+
         options = self.resolve_options(spec.options)
-        policy = policy_factory(max_new_tokens or 256)
-        report = evaluate_agentdojo(policy, options["suites"], attack, "test", limit, DEFAULT_MAX_TURNS,
-                                    "compact" if not loaded.chat else options["tools_in_prompt"], seed=spec.seed)
+        new_tokens = max_new_tokens or 256
+        policy = policy_factory(new_tokens)
+        context = model_context(loaded.model, loaded.tokenizer)
+
+        def fit_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            if context is None or not rows:
+                return rows
+            import datasets
+
+            limit_tokens = context - new_tokens * options["max_turns"]  # room for every turn's answer
+            fitted, _ = self.fit(datasets.Dataset.from_list(rows), loaded.tokenizer, loaded.chat, limit_tokens, options)
+            return list(fitted)
+
+        listing = "compact" if not loaded.chat and options["tools_in_prompt"] == "full" else options["tools_in_prompt"]
+        report = evaluate_agentdojo(policy, options["suites"], attack, "test", limit, options["max_turns"], listing,
+                                    seed=spec.seed, fit_rows=fit_rows)
         metrics = {f"{suite}/{name}": value for suite, row in report["suites"].items() for name, value in row.items()}
         problems = report["suites"]["overall"]["benign_items"] + report["suites"]["overall"]["attacked_items"]
         return {"metric": self.eval_metric, "samples": 1, "problems": problems, "metrics": metrics, "components": {},
@@ -116,8 +131,12 @@ def evaluate_agentdojo(
     tools_in_prompt: str = "full",
     seed: int = 0,
     workers: int | None = None,
+    fit_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Benign utility, utility under attack and attack success rate, per suite and overall.
+
+    ``fit_rows``: the prompt rule, applied to the item rows before any episode runs (rows it
+    drops are not evaluated; ``prompts_dropped`` counts them).
 
     Runs every benign item and every (user task, injection task) item with ``attack`` of the
     ``split`` (``None``: all user tasks) through :func:`run_episodes` and scores the traces
@@ -138,6 +157,11 @@ def evaluate_agentdojo(
             suite_items = [i for i in suite_items if i.user_task in keep]
         chosen.extend(suite_items)
     rows = [ad.item_row(item, tools_in_prompt) for item in chosen]
+    dropped = 0
+    if fit_rows is not None:
+        kept = fit_rows(rows)
+        dropped = len(rows) - len(kept)
+        rows, chosen = kept, [AgentItem.from_columns(row) for row in kept]
     episodes = run_episodes([episode_for(row, max_turns) for row in rows], policy)
     jobs = [({k: row[k] for k in ("suite", "user_task", "injection_task", "attack", "version")}, row["injections"], json.loads(e.record())) for row, e in zip(rows, episodes)]
     scores = score_batch(jobs, workers)
@@ -156,6 +180,7 @@ def evaluate_agentdojo(
     return {
         "attack": attack,
         "split": split,
+        "prompts_dropped": dropped,
         "suites": table,
         "tool_calls_per_episode": _mean([e.tool_calls for e in episodes]),
         "turns_per_episode": _mean([len(e.turns) for e in episodes]),

@@ -7,7 +7,8 @@ stdout open, so ``mrgrpo train ... | tail`` would wait for them. :func:`reaped_c
 a job: on every way out of it (normal end, exception, ``KeyboardInterrupt`` from SIGINT, and the
 exception the job raises for SIGTERM) it first asks the known pools to shut down, then sends
 SIGTERM to every descendant that appeared during the job, waits up to ``grace`` seconds and
-SIGKILLs what is left. Children that existed before the job are left alone.
+SIGKILLs what is left. Children that existed before the job are left alone, and exit statuses
+are left to the children's owners to collect.
 
 Children also die with the job when it is killed outright (SIGKILL, the OOM killer): the
 AgentDojo scoring workers set ``PR_SET_PDEATHSIG`` (see :mod:`mrgrpo.rewards.agent`).
@@ -63,19 +64,13 @@ def _proc_descendants() -> dict[int, float]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has exited and closed its files: not alive). The exit
+    status is left to the child's owner (``multiprocessing``, ``subprocess``) to collect."""
     try:
-        finished, _ = os.waitpid(pid, os.WNOHANG)
-        if finished == pid:
-            return False
-    except ChildProcessError:  # not our direct child: probe it
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def shutdown_pools() -> None:
@@ -107,8 +102,6 @@ def reap(since: dict[int, float], grace: float = 3.0) -> list[int]:
     for pid in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, 0)
     if new:
         log.debug("reaped %d child processes (%d killed)", len(new), len(alive))
     return new

@@ -1,0 +1,95 @@
+"""A job ends and reaps every child it started, on every way out; a run leaves nothing holding its stdout."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mrgrpo.train.children import reaped_children
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sleeper() -> None:
+    time.sleep(120)
+
+
+def _gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _start_child() -> multiprocessing.Process:
+    child = multiprocessing.get_context("fork").Process(target=_sleeper, daemon=False)
+    child.start()
+    return child
+
+
+def test_children_started_in_the_job_are_reaped_on_normal_end_and_on_error():
+    before = _start_child()  # a child from before the job: left alone
+    try:
+        with reaped_children(grace=1.0):
+            inside = _start_child()
+        assert _gone(inside.pid)
+        with pytest.raises(RuntimeError), reaped_children(grace=1.0):
+            failing = _start_child()
+            raise RuntimeError("job failed")
+        failing.join(5)
+        assert not failing.is_alive() and failing.exitcode == -signal.SIGTERM  # its owner collects the status
+        assert before.is_alive()
+    finally:
+        before.kill()
+        before.join()
+
+
+def test_agent_scoring_workers_die_with_their_parent_even_on_sigkill():
+    script = (
+        "from mrgrpo.rewards.agent import _pool\n"
+        "import os, sys, time\n"
+        "pool = _pool(2); list(pool.map(abs, [1, 2]))\n"
+        "print(' '.join(str(p) for p in pool._processes), flush=True); time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    workers = [int(p) for p in parent.stdout.readline().split()]
+    assert len(workers) == 2 and all(psutil.pid_exists(p) for p in workers)
+    parent.kill()  # no Python cleanup runs: the kernel's parent-death signal ends the workers
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                                              for p in workers):
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in workers)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signalled_run_leaves_no_process_holding_its_output(sig, tmp_path):
+    """The issue's hang: `mrgrpo train ... | tail` waited on orphaned children. Start an AgentDojo run
+    (its scoring pool starts in the pre-model-load check), signal it once children exist, then read its
+    pipes to the end: that returns only when no process of the run holds them."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "mrgrpo.cli", "train", "--config", "configs/agentdojo.yaml", "--out", str(tmp_path / "r"),
+         "--set", "max_steps=50"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    me = psutil.Process(run.pid)
+    seen: set[int] = set()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(seen) < 2 and run.poll() is None:
+        seen |= {c.pid for c in me.children(recursive=True)}
+        time.sleep(0.2)
+    assert len(seen) >= 2, "the run started no children"
+    os.kill(run.pid, sig)
+    try:
+        run.communicate(timeout=120)  # EOF on both pipes: nothing of the run holds them any more
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        raise AssertionError("a process of the run still holds its stdout/stderr")
+    alive = [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive
