@@ -469,7 +469,7 @@ def group_zscores_1d(x: Tensor, groups: Groups, eps: float, ddof: int) -> Tensor
     squares = groups.total(shifted * shifted)
     sum_sq = (squares - total * total / count).clamp(min=0.0)
     low, high = SAFE_SUM_SQ[x.dtype]
-    if bool((~(squares <= high) | ((squares < low) & (squares > 0))).any()):
+    if bool((~(squares <= high) | ((squares < low) & ((squares > 0) | (total != 0)))).any()):
         return groups.per_row(group_moments(x.unsqueeze(1), groups).zscores(eps, ddof))
     dof = count - ddof
     std = torch.where(dof > 0, sum_sq / dof.clamp(min=1), torch.zeros_like(sum_sq)).sqrt()

@@ -124,8 +124,7 @@ def _shifted_total32(rewards: Tensor, groups: Groups, weights: Tensor) -> Tensor
             chunk = buffer[: stop - start]
             chunk.copy_(rewards[start:stop])
             total = torch.mv(chunk, weights).view(-1, g)
-            torch.sub(total, total[:, :1], out=total)
-            out[start:stop].copy_(total.view(-1))
+            out[start:stop].view(-1, g).copy_(total - total[:, :1])
     else:
         total = _matvec64(rewards, weights)
         first = total.index_select(0, groups.first)
