@@ -77,3 +77,43 @@ def test_advantage_collapse_can_be_limited_to_some_estimators():
     assert list(report["advantage_collapse"]["distinct_advantages"]) == ["corr_grpo"]
     with pytest.raises(ValueError, match="unknown estimator"):
         mrgrpo.diagnose(rewards, [0] * 4, estimators=["nope"])
+
+
+SATURATION_BATCH = torch.tensor(
+    # group 0: the profiles (1,0), (0,1), (0,0), (1,1); group 1 saturates component 0 only
+    [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 1.0]]
+)
+SATURATION_IDS = [0] * 4 + [1] * 4
+
+
+def test_advantage_collapse_runs_the_estimator_with_the_options_being_trained():
+    ranges = [(0.0, 1.0), (0.0, 1.0)]
+    # gamma = 0 is GDPO with equal weights: (1,0) and (0,1) get the same advantage in group 0
+    plain = mrgrpo.diagnose(
+        SATURATION_BATCH, SATURATION_IDS, reward_ranges=ranges, estimators=["sa_mrpo"],
+        estimator_options={"sa_mrpo": {"gamma": 0.0}},
+    )
+    # the default gamma (0.5) weights the less saturated component 1 more: they separate
+    default = mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, reward_ranges=ranges, estimators=["sa_mrpo"])
+    assert plain["advantage_collapse"]["distinct_advantages"]["sa_mrpo"] == (3 + 2) / 2
+    assert default["advantage_collapse"]["distinct_advantages"]["sa_mrpo"] == (4 + 2) / 2
+
+
+def test_advantage_collapse_counts_the_advantages_given_instead_of_rerunning():
+    # e.g. a trainer's advantages computed with an EMA correlation: counted as they are
+    given = torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
+    report = mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, estimators=["corr_grpo"], advantages={"corr_grpo": given})
+    assert report["advantage_collapse"]["distinct_advantages"] == {"corr_grpo": (2 + 1) / 2}
+    rerun = mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, estimators=["corr_grpo"])
+    assert rerun["advantage_collapse"]["distinct_advantages"]["corr_grpo"] != (2 + 1) / 2
+
+
+def test_advantage_collapse_options_are_checked():
+    with pytest.raises(ValueError, match="unknown estimator"):
+        mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, estimator_options={"nope": {}})
+    with pytest.raises(ValueError, match="no option"):
+        mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, estimators=["grpo"], estimator_options={"grpo": {"gamma": 1}})
+    with pytest.raises(ValueError, match="scale must be one of"):
+        mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, estimators=["grpo"], estimator_options={"grpo": {"scale": "x"}})
+    with pytest.raises(ValueError, match="3 entries for 8 rollouts"):
+        mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, advantages={"grpo": [0.0, 1.0, 2.0]})

@@ -8,13 +8,13 @@ every step and ``mrgrpo diagnose`` prints.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators import available_estimators, get_estimator
+from mrgrpo.estimators import available_estimators, compute_advantages, get_estimator
 from mrgrpo.estimators._checks import check_reward_ranges
 from mrgrpo.estimators.corr_grpo import correlation_sum
 from mrgrpo.estimators.groups import Groups, group_moments, make_groups
@@ -32,6 +32,8 @@ def diagnose(
     names: Sequence[str] | None = None,
     *,
     estimators: Sequence[str] | None = None,
+    estimator_options: Mapping[str, Mapping[str, Any]] | None = None,
+    advantages: Mapping[str, Any] | None = None,
     eps_grpo: float = 1e-4,
     eps_corr: float = 1e-6,
 ) -> dict[str, Any]:
@@ -58,8 +60,13 @@ def diagnose(
       and, per estimator, the mean number of distinct advantage values per group (rounded to
       ``DISTINCT_DECIMALS``). Fewer advantages than profiles = GDPO's "advantage collapse".
       ``estimators`` limits which estimators are run for it (default: every registered one
-      that needs no options beyond ``reward_ranges``); a trainer passes just its own to keep
-      the per-step cost at one extra estimator call.
+      that needs no options beyond ``reward_ranges``); ``estimator_options`` gives the options
+      to run an estimator with (``{"corr_grpo": {"shrinkage": "auto"}}``: the ones being
+      trained, not the defaults; ``reward_ranges`` defaults to the argument); ``advantages``
+      (``{name: [N] tensor}``) are advantages already computed — a trainer passes the ones it
+      trained on (which may also depend on state such as an EMA correlation) and the
+      estimator is not re-run. Names in ``advantages`` are reported even if not in
+      ``estimators``.
 
     NaN entries are mean-imputed in the in-group statistics (centered value 0), as in
     ``corr_grpo``.
@@ -112,7 +119,9 @@ def diagnose(
         "denominator_below_one": _float((corr_scale > 1).to(torch.float64).mean()) if corr_scale.numel() else None,
         "max_amplification": _float(corr_scale.max()) if corr_scale.numel() else None,
     }
-    report["advantage_collapse"] = _advantage_collapse(values, groups, w, ranges, estimators)
+    report["advantage_collapse"] = _advantage_collapse(
+        values, groups, w, ranges, estimators, estimator_options or {}, advantages or {}
+    )
     return report
 
 
@@ -163,20 +172,42 @@ def _distinct_per_group(keys: Tensor, groups: Groups) -> float:
 
 
 def _advantage_collapse(
-    values: Tensor, groups: Groups, weights: Tensor, ranges: Tensor | None, estimators: Sequence[str] | None
+    values: Tensor,
+    groups: Groups,
+    weights: Tensor,
+    ranges: Tensor | None,
+    estimators: Sequence[str] | None,
+    estimator_options: Mapping[str, Mapping[str, Any]],
+    given: Mapping[str, Any],
 ) -> dict[str, Any]:
     profiles = torch.where(torch.isnan(values), torch.full_like(values, float("inf")), values)
     out: dict[str, Any] = {"distinct_reward_profiles": _distinct_per_group(profiles, groups), "distinct_advantages": {}}
     scored = ~torch.isnan(values).all(dim=1)
-    for name in available_estimators() if estimators is None else estimators:
-        spec = get_estimator(name)
-        options = {"reward_ranges": ranges} if "reward_ranges" in spec.options else {}
-        if "reward_ranges" in spec.options and ranges is None:
-            continue
-        try:
-            advantages = spec.fn(values, groups, weights, **options)
-        except ValueError:  # a user estimator with required options: nothing to report
-            continue
+    unknown = sorted(set(estimator_options) - set(available_estimators()))
+    if unknown:
+        raise ValueError(f"estimator_options names unknown estimator(s) {unknown}; available: {', '.join(available_estimators())}")
+    names = list(available_estimators() if estimators is None else estimators)
+    names += [name for name in given if name not in names]
+    for name in names:
+        if name in given:
+            advantages = torch.as_tensor(given[name]).detach().to(device=values.device, dtype=torch.float64).reshape(-1)
+            if advantages.numel() != values.shape[0]:
+                raise ValueError(f"advantages[{name!r}] has {advantages.numel()} entries for {values.shape[0]} rollouts")
+        else:
+            spec = get_estimator(name)
+            explicit = dict(estimator_options.get(name, {}))
+            spec.check_options(explicit)
+            options = dict(explicit)
+            if "reward_ranges" in spec.options and "reward_ranges" not in options:
+                if ranges is None:
+                    continue  # needs ranges: nothing to report without them
+                options["reward_ranges"] = ranges
+            try:
+                advantages = compute_advantages(values, groups.index, name, weights, **options).to(torch.float64)
+            except ValueError:
+                if explicit:
+                    raise  # the caller's own options are wrong: say so
+                continue  # a user estimator with required options: nothing to report
         advantages = torch.where(scored, advantages, torch.zeros_like(advantages))
         rounded = torch.round(advantages, decimals=DISTINCT_DECIMALS).unsqueeze(1)
         out["distinct_advantages"][name] = _distinct_per_group(rounded, groups)

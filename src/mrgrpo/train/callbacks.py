@@ -1,8 +1,8 @@
 """Trainer callbacks of the train job: run files, the progress bar, and clean stops.
 
-* :class:`RunLogCallback` appends one JSON line per logged step to ``metrics.jsonl`` (and the
-  step's :func:`mrgrpo.diagnose` report to ``diagnostics.jsonl``) and writes the same scalars
-  to TensorBoard under ``tensorboard/``.
+* :class:`RunLogCallback` appends one JSON line per logged step to ``metrics.jsonl`` (and each
+  new :func:`mrgrpo.diagnose` report to ``diagnostics.jsonl``: every step, or every
+  ``diagnostics_every`` steps) and writes the same scalars to TensorBoard under ``tensorboard/``.
 * :class:`StopCallback` stops (with a checkpoint) on Ctrl-C, before a wall-clock budget runs
   out, and checkpoints the last step.
 * :class:`ProgressCallback` draws a rich progress bar: step, rewards, time left.
@@ -56,6 +56,7 @@ class RunLogCallback(TrainerCallback):
         self.writer = None
         self.started = time.monotonic()
         self.elapsed_before = 0.0  # seconds of earlier sessions (resume)
+        self._written_diagnostics: Any = None  # the report last written (diagnostics_every > 1 skips steps)
 
     def _writer(self) -> Any:
         if self.writer is None:
@@ -73,7 +74,8 @@ class RunLogCallback(TrainerCallback):
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         diagnostics = getattr(self.trainer, "last_diagnostics", None) if self.trainer is not None else None
-        if diagnostics is not None:
+        if diagnostics is not None and diagnostics is not self._written_diagnostics:  # new since the last log
+            self._written_diagnostics = diagnostics
             with (self.run_dir / "diagnostics.jsonl").open("a") as f:
                 f.write(json.dumps({"step": step, **diagnostics}, default=_clean) + "\n")
         writer = self._writer()
