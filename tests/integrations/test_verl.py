@@ -305,3 +305,14 @@ def test_example_config_loads_and_fits_verls_schema():
     data = make_batch(components=mrgrpo.rewards.get_suite("math").names)
     out = run(data, cfg.algorithm.adv_estimator, OmegaConf.merge(algo(), cfg.algorithm))
     assert torch.isfinite(out).all() and out.abs().sum() > 0
+
+
+def test_docs_name_every_algorithm_mrgrpo_setting():
+    import dataclasses
+    import re
+
+    fields = {f.name for f in dataclasses.fields(integration.MrgrpoVerlConfig)}
+    readme = (EXAMPLE.parents[2] / "README.md").read_text()
+    listed = re.search(r"`algorithm\.mrgrpo` \(([^)]*)\)", readme).group(1)
+    assert set(re.findall(r"`(\w+)`", listed)) == fields
+    assert set(OmegaConf.load(EXAMPLE).algorithm.mrgrpo) == fields  # the example shows them all

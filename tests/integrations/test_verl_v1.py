@@ -258,3 +258,11 @@ def test_singleton_score_with_rollout_normalization_is_refused():
     meta, _ = put_batch(seed=11)
     with pytest.raises(ConfigError, match="normalization='token'"):
         advantages(meta, "mrgrpo_gdpo", mrgrpo={"components": KEYS, "singleton_groups": "score"})
+
+
+def test_verls_own_gdpo_cannot_see_the_components_on_v1():
+    """Why mrgrpo_gdpo (normalization: token) is the way to run GDPO on v1: v1's _compute_advantage
+    fetches neither the components nor the prompts/attention_mask verl's gdpo reads."""
+    meta, _ = put_batch(seed=12)
+    with pytest.raises(KeyError, match="prompts"):
+        advantages(meta, "gdpo", gdpo_reward_keys=KEYS)
