@@ -225,7 +225,7 @@ def corr_grpo(
     units); there is no batch renormalization.
 
     Args:
-        rewards: ``[N, K]`` float64. NaN entries are mean-imputed (centered value 0) in the
+        rewards: ``[N, K]`` float32 or float64. NaN entries are mean-imputed (centered value 0) in the
             numerator and in the correlations.
         groups, weights: as for every estimator (weights ``[K]``).
         eps: added inside the square root (paper: 1e-6).
@@ -248,7 +248,7 @@ def corr_grpo(
             (with ``pooling="batch"``), e.g. the smoothed state of :mod:`.corr_ema`.
 
     Returns:
-        ``[N]`` float64; sums to 0 within every group. A group of one rollout, or with every
+        ``[N]`` in the computing dtype; sums to 0 within every group. A group of one rollout, or with every
         component constant, gives exact zeros.
 
     Known failure modes of the plain estimator (which the options address): anti-correlated

@@ -497,6 +497,26 @@ def _scaled_moments(x: Tensor, groups: Groups) -> GroupMoments:
     )
 
 
+#: Rows per chunk when a float32 matrix is reduced in float64 (the chunk stays in cache).
+CHUNK_ROWS = 65536
+
+
+def column_sums64(x: Tensor) -> Tensor:
+    """``Σ_i x_ik`` ``[K]`` accumulated in float64, NaN propagating (a matrix-vector product per
+    chunk: a float64 copy of the whole matrix, or a reduction over its strided rows, costs more)."""
+    ones = torch.ones(min(x.shape[0], CHUNK_ROWS), dtype=torch.float64, device=x.device)
+    if x.dtype == torch.float64 or x.device.type != "cpu":
+        return torch.mv(x.to(torch.float64).T, torch.ones(x.shape[0], dtype=torch.float64, device=x.device))
+    out = torch.zeros(x.shape[1], dtype=torch.float64)
+    buffer = torch.empty(min(x.shape[0], CHUNK_ROWS), x.shape[1], dtype=torch.float64)
+    for start in range(0, x.shape[0], CHUNK_ROWS):
+        stop = min(start + CHUNK_ROWS, x.shape[0])
+        chunk = buffer[: stop - start]
+        chunk.copy_(x[start:stop])
+        out += torch.mv(chunk.T, ones[: stop - start])
+    return out
+
+
 def standardize(centered: Tensor, denominator: Tensor) -> Tensor:
     """``centered / denominator``; 0 where ``centered`` is 0, also when the denominator is 0.
 

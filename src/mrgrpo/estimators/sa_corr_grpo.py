@@ -43,7 +43,7 @@ def sa_corr_grpo(
         eps, shrinkage, pooling, min_corr_sum, numerator, correlation: as in ``corr_grpo``.
 
     Returns:
-        ``[N]`` float64, summing to 0 within every group.
+        ``[N]`` in the computing dtype, summing to 0 within every group.
     """
     ranges = check_reward_ranges(reward_ranges, rewards.shape[1], "sa_corr_grpo").to(rewards.device)
     gamma = check_gamma(gamma, "sa_corr_grpo")

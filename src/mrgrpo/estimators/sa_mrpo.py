@@ -13,7 +13,7 @@ from torch import Tensor
 
 from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps, check_gamma, check_reward_ranges
 from mrgrpo.estimators.gdpo import summed_zscores
-from mrgrpo.estimators.groups import Groups
+from mrgrpo.estimators.groups import Groups, column_sums64
 from mrgrpo.estimators.registry import register_estimator
 
 
@@ -23,11 +23,11 @@ def saturation(rewards: Tensor, reward_ranges: Tensor) -> Tensor:
     The batch mean ignores NaN; a component with no scored entry has saturation 0. Computed in
     float64 on halves (``mean/2 − lo/2`` over ``hi/2 − lo/2``) so no finite input overflows.
     """
-    values = rewards.to(torch.float64)
-    n = values.shape[0]
-    half_mean = values.sum(dim=0) * (0.5 / max(n, 1))
+    n = rewards.shape[0]
+    half_mean = column_sums64(rewards) * (0.5 / max(n, 1))
     count = torch.full_like(half_mean, float(n))
     if not bool(torch.isfinite(half_mean).all()):  # NaN entries, or sums beyond float64
+        values = rewards.to(torch.float64)
         present = ~torch.isnan(values)
         count = present.sum(dim=0).to(torch.float64)
         share = torch.where(present, values, torch.zeros_like(values)) / count.clamp(min=1)
