@@ -62,6 +62,7 @@ def test_bad_settings_fail_before_ray_starts(override, message):
         launch.prepare(example(override))
 
 
+@pytest.mark.slow  # a fresh interpreter importing verl: ~30 s
 def test_the_entry_point_runs_verls_main_and_fails_fast_on_a_typo():
     """The real command line: Hydra composes verl's config, prepare() refuses before ray.init."""
     env = {k: v for k, v in os.environ.items() if k != launch.ENV}
@@ -73,3 +74,23 @@ def test_the_entry_point_runs_verls_main_and_fails_fast_on_a_typo():
     assert result.returncode != 0
     assert "algorithm.mrgrpo.components has duplicates: ['a', 'a']" in result.stderr + result.stdout
     assert "ray init kwargs" not in result.stdout  # verl's run_ppo never started
+
+
+@pytest.mark.slow  # a fresh interpreter importing verl: ~30 s
+def test_a_fresh_process_importing_verl_gets_the_integration_from_the_env_var():
+    """What every Ray process does: `import verl` with VERL_USE_EXTERNAL_MODULES set loads the
+    estimators, the legacy wrap and the v1 trainer subclasses (no circular-import trap)."""
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo import core_algos, ray_trainer\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "from mrgrpo.integrations.verl.v1 import MrgrpoAdvantageMixin\n"
+        "assert 'mrgrpo_corr_grpo' in core_algos.ADV_ESTIMATOR_REGISTRY\n"
+        "assert hasattr(ray_trainer.compute_advantage, '_mrgrpo_original')\n"
+        "assert all(issubclass(get_trainer_cls(m), MrgrpoAdvantageMixin) for m in ('sync', 'colocate_async', 'separate_async'))\n"
+        "print('loaded')\n"
+    )
+    env = {**os.environ, launch.ENV: launch.MODULE}
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("loaded")
