@@ -123,7 +123,8 @@ def test_numbers_read_as_numbers_in_config_files_and_set(tmp_path):
 def test_types_are_not_guessed():
     assert "max_steps: Input should be a valid integer, got True" in _error({"max_steps": True})
     assert "max_steps" in _error({"max_steps": "8"})
-    assert "max_wall_seconds: Input should be a finite number" in _error({"max_wall_seconds": float("inf")})
+    assert "max_wall_seconds: NaN/infinity is not a valid setting" in _error({"max_wall_seconds": float("inf")})
+    assert "task.options.min_terms: NaN/infinity" in _error({"task": {"options": {"min_terms": float("inf")}}})
 
 
 def test_trainer_type_errors_are_one_line_naming_the_key():
@@ -132,7 +133,7 @@ def test_trainer_type_errors_are_one_line_naming_the_key():
     assert "trainer.per_device_train_batch_size: input should be a valid integer" in message and "'eight'" in message
     assert "drop the quotes" in _error({"trainer": {"learning_rate": "1e-5"}})
     assert "expected true or false, got 'yes'" in _error({"trainer": {"bf16": "yes"}})
-    assert "trainer.learning_rate is NaN" in _error({"trainer": {"learning_rate": float("nan")}})
+    assert "trainer.learning_rate: NaN/infinity" in _error({"trainer": {"learning_rate": float("nan")}})
 
 
 def test_estimator_option_values_are_checked_with_the_config():

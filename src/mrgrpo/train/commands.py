@@ -14,7 +14,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrgrpo.errors import UserError
 from mrgrpo.extras import require
+
+
+def _one_line(error: BaseException) -> str:
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def train_command(
@@ -32,17 +37,32 @@ def train_command(
     resume: Annotated[
         Optional[Path], typer.Option("--resume", help="continue the run in this directory from its last checkpoint")
     ] = None,
+    allow_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-change",
+            help="with --resume: accept a changed estimator, option, model or other setting "
+            "(recorded in the run's resumes.jsonl); without it only max_steps, max_wall_seconds "
+            "and save_steps may change",
+        ),
+    ] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="validate the config, print it resolved, and exit (loads no model)")
+    ] = False,
 ) -> None:
     """Train with multi-reward GRPO (no arguments: the embedded CPU demo, SmolLM2 + corr_grpo).
 
     The embedded demo: SmolLM2-135M-Instruct on reasoning-gym chain_sum, math suite
     (correctness, format, length), corr_grpo, CPU, under 10 minutes on 2 cores.
+
+    Ctrl-C saves a checkpoint after the current step and exits with status 130; resume with
+    --resume RUN_DIR.
     """
     started = time.monotonic()
     require("trl", "mrgrpo train")
     require("plots", "mrgrpo train (TensorBoard events and the run report's plots)")
     from mrgrpo.train.config import ConfigError, load_config
-    from mrgrpo.train.job import load_run_config, run_train
+    from mrgrpo.train.job import check_resume, load_run_config, run_train
 
     try:
         if resume is not None:
@@ -51,11 +71,20 @@ def train_command(
             overrides = list(set_ or []) + ([f"estimator={estimator}"] if estimator else [])
             cfg = load_run_config(resume, overrides)
         else:
+            if allow_change:
+                raise ConfigError("--allow-change only applies to --resume RUN_DIR")
             cfg = load_config(config, list(set_ or []), estimator)
-        run_train(cfg, out=out, resume=resume, job_started=started)
-    except ConfigError as error:
-        typer.echo(f"error: {error}", err=True)
+        if check:
+            if resume is not None:
+                check_resume(cfg, resume, allow_change)
+            typer.echo(cfg.to_yaml(), nl=False)
+            return
+        result = run_train(cfg, out=out, resume=resume, job_started=started, allow_changes=allow_change)
+    except UserError as error:
+        typer.echo(f"error: {_one_line(error)}", err=True)
         raise typer.Exit(2) from None
+    if result.interrupted:
+        raise typer.Exit(130)
 
 
 def eval_command(
@@ -80,7 +109,6 @@ def eval_command(
     """Generate and score: math accuracy, HumanEval pass@k (sandboxed), BFCL all-exact,
     AgentDojo utility / utility under attack / attack success rate (limit = user tasks per suite),
     Agent Security Bench attack success rate (attacker tool called) and utility (limit = cases)."""
-    from mrgrpo.train.config import ConfigError
     require("trl", "mrgrpo eval")
     from mrgrpo.train.evaluate import print_table, run_eval
 
@@ -89,8 +117,8 @@ def eval_command(
             model, task, samples=samples, limit=limit, max_new_tokens=max_new_tokens, config_path=config, out=out,
             attack=attack,
         )
-    except ConfigError as error:
-        typer.echo(f"error: {error}", err=True)
+    except UserError as error:
+        typer.echo(f"error: {_one_line(error)}", err=True)
         raise typer.Exit(2) from None
     print_table(result)
 

@@ -331,7 +331,23 @@ def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
     return data, str(path)
 
 
+def _non_finite(data: Any, prefix: str = "") -> list[str]:
+    """Dotted keys holding NaN or ±inf anywhere (free-form sections included)."""
+    if isinstance(data, dict):
+        return [k for key, value in data.items() for k in _non_finite(value, f"{prefix}{key}.")]
+    if isinstance(data, (list, tuple)):
+        return [k for i, value in enumerate(data) for k in _non_finite(value, f"{prefix}{i}.")]
+    return [prefix.rstrip(".")] if isinstance(data, float) and not math.isfinite(data) else []
+
+
 def validate_config(data: dict[str, Any], source: str = "config") -> TrainConfig:
+    """The :class:`TrainConfig` of a raw mapping; :class:`ConfigError` (one line) if invalid."""
+    bad = _non_finite(data)
+    if bad:  # a config has no use for them, and config.yaml could not record them faithfully
+        raise ConfigError(
+            f"invalid config ({source}): {', '.join(bad)}: NaN/infinity is not a valid setting; give a finite "
+            "number (null where a limit is optional)"
+        )
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:

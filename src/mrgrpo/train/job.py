@@ -11,27 +11,43 @@ A run directory holds::
     checkpoint-N/        model, tokenizer, optimizer, scheduler, RNG and trainer state
     report.md, *.png     written at the end (also after a Ctrl-C or wall-clock stop)
 
-``--resume RUN_DIR`` re-reads ``config.yaml``, continues from the last checkpoint (same step
+    resumes.jsonl        one line per resume: step, time, changed keys, the config it ran with
+
+``--resume RUN_DIR`` re-reads the run's config, continues from the last checkpoint (same step
 counter, optimizer and RNG state) and drops metrics lines logged after that checkpoint, so a
-crash loses at most one checkpoint interval and leaves no duplicates.
+crash loses at most one checkpoint interval and leaves no duplicates. Resuming a run whose last
+checkpoint is at ``max_steps`` does nothing (raise ``max_steps`` with ``--set`` to go on).
+Only ``max_steps``, ``max_wall_seconds`` and ``save_steps`` may change on a resume; any other
+change (estimator, its options, model, rewards, trainer settings, ...) is refused unless
+``allow_changes=True`` (``--allow-change``). ``config.yaml`` stays the config the run started
+with; every resume, and what it changed, is appended to ``resumes.jsonl``.
+
+Ctrl-C stops after the current step with a checkpoint (``RunResult.interrupted``; the command
+exits with status 130). A process that inherited SIGINT as ignored (a background job of a
+non-interactive shell, ``nohup``) keeps ignoring it, and the SIGINT disposition is restored on
+every way out.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mrgrpo.train.config import ConfigError, TrainConfig, apply_overrides, validate_config
+from mrgrpo.yaml_numbers import load_yaml
 from mrgrpo.train.rollout_log import RolloutLogger
 
 CONFIG_FILE = "config.yaml"
+RESUMES_FILE = "resumes.jsonl"
+#: Keys a resume may change without ``allow_changes`` (they extend or bound the run, not alter it).
+RESUME_FREE_KEYS = ("max_steps", "max_wall_seconds", "save_steps")
 
 
 @dataclass
@@ -41,6 +57,7 @@ class RunResult:
     stop_reason: str
     seconds: float
     last_checkpoint: Path | None
+    interrupted: bool = False  # stopped by Ctrl-C (the command exits with status 130)
 
 
 def default_run_dir(config: TrainConfig) -> Path:
@@ -55,13 +72,88 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return Path(found) if found else None
 
 
-def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainConfig:
-    """The config a run was started with, with optional ``--set`` overrides (e.g. more steps)."""
+def run_config_data(run_dir: Path) -> tuple[dict[str, Any], str]:
+    """The raw config a run last ran with (``config.yaml``, or the config of the last entry of
+    ``resumes.jsonl``) and a name for it in messages."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise ConfigError(f"--resume {run_dir}: no {CONFIG_FILE} there; is it a run directory?")
-    data = yaml.safe_load(path.read_text()) or {}
-    return validate_config(apply_overrides(data, overrides or []), str(path))
+    resumes = Path(run_dir) / RESUMES_FILE
+    if resumes.is_file():
+        for line in reversed(resumes.read_text().splitlines()):
+            try:
+                return dict(json.loads(line)["config"]), f"{resumes} (last resume)"
+            except (ValueError, KeyError, TypeError):  # a line cut by a crash
+                continue
+    try:
+        data = load_yaml(path.read_text())
+    except Exception as error:  # noqa: BLE001 - yaml.YAMLError or undecodable text
+        raise ConfigError(f"--resume {run_dir}: {CONFIG_FILE} cannot be read ({type(error).__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--resume {run_dir}: {CONFIG_FILE} does not hold a mapping")
+    return data, str(path)
+
+
+def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> TrainConfig:
+    """The config a run last ran with, with optional ``--set`` overrides (e.g. more steps)."""
+    data, source = run_config_data(run_dir)
+    return validate_config(apply_overrides(data, overrides or []), source)
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def resume_changes(config: TrainConfig, run_dir: Path) -> dict[str, dict[str, Any]]:
+    """``{dotted key: {"from": old, "to": new}}`` between the run's last config and ``config``."""
+    data, source = run_config_data(run_dir)
+    before = _flat(validate_config(data, source).model_dump(mode="json"))
+    after = _flat(config.model_dump(mode="json"))
+    missing = object()
+    return {
+        key: {"from": before.get(key), "to": after.get(key)}
+        for key in sorted(set(before) | set(after))
+        if before.get(key, missing) != after.get(key, missing)
+    }
+
+
+def check_resume(config: TrainConfig, run_dir: Path, allow_changes: bool = False) -> tuple[Path, int, dict[str, Any]]:
+    """The checkpoint to resume ``run_dir`` from, its step and the config changes; raises
+    :class:`ConfigError` when there is none or when a change other than
+    :data:`RESUME_FREE_KEYS` is made without ``allow_changes``."""
+    checkpoint = last_checkpoint(run_dir)
+    if checkpoint is None:
+        raise ConfigError(f"--resume {run_dir}: no checkpoint-N directory to resume from")
+    try:
+        step = int(json.loads((checkpoint / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"--resume {run_dir}: {checkpoint.name}/trainer_state.json is missing or unreadable") from None
+    changes = resume_changes(config, run_dir)
+    refused = {k: v for k, v in changes.items() if k.split(".")[0] not in RESUME_FREE_KEYS}
+    if refused and not allow_changes:
+        shown = "; ".join(f"{k}: {v['from']!r} -> {v['to']!r}" for k, v in refused.items())
+        raise ConfigError(
+            f"--resume {run_dir} would change what the run trains ({shown}); pass --allow-change to resume with "
+            f"it anyway (recorded in {RESUMES_FILE}), or start a new run with --out"
+        )
+    return checkpoint, step, changes
+
+
+def _record_resume(run_dir: Path, config: TrainConfig, checkpoint: Path, step: int, changes: dict[str, Any]) -> None:
+    entry = {
+        "time": datetime.now().isoformat(timespec="seconds"),
+        "checkpoint": checkpoint.name,
+        "step": step,
+        "changes": changes,
+        "config": config.model_dump(mode="json"),
+    }
+    with (run_dir / RESUMES_FILE).open("a") as handle:
+        handle.write(json.dumps(entry) + "\n")
 
 
 def grpo_config(config: TrainConfig, run_dir: Path) -> Any:
@@ -132,8 +224,12 @@ def run_train(
     job_started: float | None = None,
     extra_callbacks: list[Any] | None = None,
     quiet: bool = False,
+    allow_changes: bool = False,
 ) -> RunResult:
     """Train as configured; returns where the run lives and why it stopped.
+
+    ``resume``: a run directory to continue (see the module docstring for what may change;
+    ``allow_changes=True`` accepts any change and records it in ``resumes.jsonl``).
 
     The task and reward suite are checked before the model loads (:func:`prepare_task`); every
     child process the run starts is ended on every way out (:mod:`mrgrpo.train.children`)."""
@@ -143,7 +239,7 @@ def run_train(
     require("plots", "mrgrpo.train.run_train (TensorBoard events and the run report's plots)")
 
     with reaped_children():
-        return _run_train(config, out, resume, job_started, extra_callbacks, quiet)
+        return _run_train(config, out, resume, job_started, extra_callbacks, quiet, allow_changes)
 
 
 def _run_train(
@@ -153,6 +249,7 @@ def _run_train(
     job_started: float | None = None,
     extra_callbacks: list[Any] | None = None,
     quiet: bool = False,
+    allow_changes: bool = False,
 ) -> RunResult:
     from rich.console import Console
     from transformers import PrinterCallback
@@ -169,6 +266,16 @@ def _run_train(
     job_started = time.monotonic() if job_started is None else job_started
     datasets.disable_progress_bars()
     console = Console(stderr=True, quiet=quiet, soft_wrap=True)
+    resume_plan = None
+    if resume is not None:
+        resume_plan = check_resume(config, Path(resume), allow_changes)
+        if resume_plan[1] >= config.max_steps:  # nothing left to train: do not load anything
+            console.print(
+                f"{resume}: already finished ({resume_plan[0].name} is at step {resume_plan[1]} of max_steps "
+                f"{config.max_steps}); nothing to do. Train further with --set max_steps=N (N > {resume_plan[1]})"
+            )
+            return RunResult(Path(resume), resume_plan[1], "already finished", time.monotonic() - job_started,
+                             resume_plan[0])
     prepared = prepare_task(config)  # bad pairings fail here, before a run directory or model exists
     checkpoint: Path | None = None
     if resume is not None:
@@ -182,7 +289,13 @@ def _run_train(
             raise ConfigError(f"{run_dir} already holds checkpoints: use --resume {run_dir} or another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     args = grpo_config(config, run_dir)
-    (run_dir / CONFIG_FILE).write_text(config.to_yaml())
+    if resume_plan is None:
+        (run_dir / CONFIG_FILE).write_text(config.to_yaml())
+    else:  # config.yaml stays the config the run started with; the resume is recorded
+        _record_resume(run_dir, config, *resume_plan)
+        if resume_plan[2]:
+            changed = ", ".join(f"{k} {v['from']!r} -> {v['to']!r}" for k, v in resume_plan[2].items())
+            console.print(f"resume changes: {changed} (recorded in {RESUMES_FILE})")
     (run_dir / "grpo_config.json").write_text(args.to_json_string())
 
     resumed_step = 0
@@ -243,15 +356,40 @@ def _run_train(
         f"training {loaded.name} with {config.estimator} on {config.task.name} "
         f"({', '.join(f'{n}×{w:g}' for n, w in zip(suite.names, suite.weights))}) → {run_dir}"
     )
-    stop.install()
-    try:
+    with _SigintStops(stop):
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    finally:
-        stop.uninstall()
     steps = int(trainer.state.global_step)
     reason = stop.reason or ("max_steps reached" if steps >= config.max_steps else "stopped")
     final = last_checkpoint(run_dir)
     seconds = time.monotonic() - job_started
     write_report(run_dir, config, steps=steps, stop_reason=reason, seconds=seconds, checkpoint=final)
     console.print(f"done: {steps} steps ({reason}) in {seconds:.0f} s; report: {run_dir / 'report.md'}")
-    return RunResult(run_dir, steps, reason, seconds, final)
+    return RunResult(run_dir, steps, reason, seconds, final, interrupted=reason.startswith("interrupted"))
+
+
+class _SigintStops:
+    """Within the block, the first Ctrl-C asks ``stop`` for a checkpoint and a clean stop.
+
+    SIGINT inherited as ignored (background job, ``nohup``) stays ignored: the parent asked for
+    it, and Ctrl-C at a terminal is not meant for this process. Off the main thread signals
+    cannot be set, so nothing is installed. The previous disposition is restored on every exit.
+    """
+
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop
+        self.previous: Any = None
+        self.installed = False
+
+    def __enter__(self) -> _SigintStops:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.getsignal(signal.SIGINT)
+            if self.previous is not signal.SIG_IGN:
+                self.stop.install()
+                self.installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.installed:
+            self.stop.uninstall()
+            if self.previous is not None and signal.getsignal(signal.SIGINT) is not self.previous:
+                signal.signal(signal.SIGINT, self.previous)
