@@ -362,16 +362,16 @@ EXITS_AT_IMPORT = [
     "import os\nnull = os.open('/dev/null', os.O_RDWR)\nfor fd in (3, 4):\n    os.dup2(null, fd)\n",
     "import os\nos.abort()\n",
 ]
-EXITS_AT_CALL = [
-    "import sys\n{}sys.exit(0)\n",
-    "{}raise SystemExit(0)\n",
-    "{}raise KeyboardInterrupt\n",
-    "{}raise GeneratorExit\n",
-    "{}raise StopIteration\n",
-    "import os\n{}os._exit(0)\n",
-    "import os, signal\n{}os.kill(os.getpid(), signal.SIGKILL)\n",
-    "import os\n{}os.close(4)\n",
-    "import os\n{}os.write(4, (9).to_bytes(4, 'big') + b'Oi' + (41).to_bytes(8, 'big')); os._exit(0)\n",
+EXITS_AT_CALL = [  # (module-level line, the function's body)
+    ("import sys", "sys.exit(0)"),
+    ("", "raise SystemExit(0)"),
+    ("", "raise KeyboardInterrupt"),
+    ("", "raise GeneratorExit"),
+    ("", "raise StopIteration"),
+    ("import os", "os._exit(0)"),
+    ("import os, signal", "os.kill(os.getpid(), signal.SIGKILL)"),
+    ("import os", "os.close(4)"),
+    ("import os", "os.write(4, (9).to_bytes(4, 'big') + b'Oi' + (41).to_bytes(8, 'big')); os._exit(0)"),
 ]
 
 
@@ -380,13 +380,9 @@ def test_exit_tricks_at_import_time(trick):
     assert_no_pass(judged(trick + "def f(x):\n    return -1\n", EQUALITY_TESTS))
 
 
-@pytest.mark.parametrize("trick", EXITS_AT_CALL, ids=range(len(EXITS_AT_CALL)))
-def test_exit_tricks_at_call_time(trick):
-    head, _, body = trick.rpartition("{}")
-    program = head.replace("{}", "") + "def f(x):\n    " + body
-    if "import" in head:
-        program = head.split("\n")[0] + "\ndef f(x):\n    " + body
-    assert_no_pass(judged(program, EQUALITY_TESTS))
+@pytest.mark.parametrize("head, body", EXITS_AT_CALL, ids=range(len(EXITS_AT_CALL)))
+def test_exit_tricks_at_call_time(head, body):
+    assert_no_pass(judged(f"{head}\ndef f(x):\n    {body}\n", EQUALITY_TESTS))
 
 
 CLOCKS = """
