@@ -154,3 +154,14 @@ def test_the_console_script_prints_one_line_and_exits_2(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mrgrpo.cli", "advantages", str(src)], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "Traceback" not in done.stderr and "b.jsonl:2: field 'r'" in done.stderr
+
+
+def test_compare_and_analyze_errors_are_one_line(tmp_path):
+    assert "unknown estimator 'nope'" in one_error_line(runner.invoke(app, ["compare", "-e", "nope", "--seeds", "1", "--out", str(tmp_path)]))
+    assert "no such file" in one_error_line(runner.invoke(app, ["analyze", str(tmp_path / "missing")]))
+
+
+def test_compare_estimator_options_read_numbers_as_numbers():
+    from mrgrpo.experiments.compare import estimator_spec
+
+    assert estimator_spec("corr_grpo(eps=1e-5;shrinkage=auto)")[1] == {"eps": 1e-5, "shrinkage": "auto"}

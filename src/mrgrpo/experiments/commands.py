@@ -7,7 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrgrpo.errors import UserError
 from mrgrpo.extras import require
+
+
+def _fail(error: BaseException) -> None:
+    """One line on stderr, exit status 2 (a user's mistake, not a bug: no traceback)."""
+    message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2) from None
 
 
 def compare_command(
@@ -22,18 +30,14 @@ def compare_command(
     Rerun the same command to resume: finished runs are not rerun."""
     require("trl", "mrgrpo compare")
     require("plots", "mrgrpo compare (curves and Pareto plots)")
-    from mrgrpo.experiments.compare import run_compare
-    from mrgrpo.train.config import ConfigError
+    from mrgrpo.experiments.compare import parse_estimators, run_compare
 
-    from mrgrpo.experiments.compare import parse_estimators
-
-    names = parse_estimators(estimators)
     out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
+        names = parse_estimators(estimators)
         run_compare(config, names, list(range(seeds)), out, jobs=jobs, overrides=list(set_ or []), log=typer.echo)
-    except (ConfigError, ValueError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+    except (UserError, ValueError) as error:
+        _fail(error)
 
 
 def analyze_command(
@@ -50,9 +54,8 @@ def analyze_command(
 
     try:
         report = run_analyze(source, out=out, estimators=estimators, weights=weights, ranges=ranges)
-    except ValueError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+    except (UserError, ValueError) as error:
+        _fail(error)
     typer.echo(f"wrote {report}")
 
 

@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mrgrpo.experiments.stats import fmt_ci, mean_ci, paired
+from mrgrpo.yaml_numbers import load_yaml
 
 RESULT_FILE = "result.json"
 VIEWS = {
@@ -120,7 +121,7 @@ def estimator_spec(label: str) -> tuple[str, dict[str, Any]]:
             key, sep, value = item.partition("=")
             if not sep:
                 raise ValueError(f"{label!r}: option {item!r} must be key=value")
-            options[key.strip()] = yaml.safe_load(value)
+            options[key.strip()] = load_yaml(value) if value.strip() else ""  # 1e-5 is a number
     unknown = sorted(set(options) - set(get_estimator(name).options))
     if unknown:
         raise ValueError(f"{label!r}: {name} has no option(s) {unknown}")
