@@ -18,6 +18,7 @@ from verl.trainer.ppo import core_algos, ray_trainer  # noqa: E402
 import mrgrpo  # noqa: E402
 import mrgrpo.integrations.verl as integration  # noqa: E402
 from mrgrpo.errors import ConfigError, InputError  # noqa: E402
+from mrgrpo.rewards import get_suite  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl" / "mrgrpo_math.yaml"
 KEYS = ["correctness", "format", "length"]
@@ -238,7 +239,7 @@ def test_sa_mrpo_ranges_come_from_the_suite():
         data.non_tensor_batch[k] = np.clip(data.non_tensor_batch[k], 0, 1)
     cfg = algo(mrgrpo={"suite": "math"})
     out = run(data, "mrgrpo_sa_mrpo", cfg)
-    suite = mrgrpo.rewards.get_suite("math")
+    suite = get_suite("math")
     rewards = np.stack([data.non_tensor_batch[k] for k in suite.names], 1)
     expected = mrgrpo.compute_advantages(
         rewards, list(data.non_tensor_batch["uid"]), "sa_mrpo", weights=list(suite.weights),
@@ -302,7 +303,7 @@ def test_example_config_loads_and_fits_verls_schema():
 
     walk(OmegaConf.to_container(cfg, resolve=False), OmegaConf.to_container(full, resolve=False), "")
     # the estimator and its settings run on a batch carrying the suite's components
-    data = make_batch(components=mrgrpo.rewards.get_suite("math").names)
+    data = make_batch(components=get_suite("math").names)
     out = run(data, cfg.algorithm.adv_estimator, OmegaConf.merge(algo(), cfg.algorithm))
     assert torch.isfinite(out).all() and out.abs().sum() > 0
 

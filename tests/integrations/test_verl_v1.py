@@ -28,6 +28,7 @@ import mrgrpo  # noqa: E402
 import mrgrpo.integrations.verl as integration  # noqa: E402
 from mrgrpo.errors import ConfigError, InputError  # noqa: E402
 from mrgrpo.integrations.verl import v1  # noqa: E402
+from mrgrpo.rewards import get_suite  # noqa: E402
 
 KEYS = ["correctness", "format", "length"]
 WEIGHTS = [1.0, 0.5, 0.25]
@@ -46,7 +47,7 @@ def queue():
         ray.shutdown()
 
 
-def put_batch(seed, prompts=3, sessions=4, max_turns=1, max_len=7, padding=0, singleton=False, as_fields=False):
+def put_batch(seed, prompts=3, sessions=4, max_turns=1, max_len=7, padding=0, singleton=False, as_fields=False, empty_final=False):
     """Write one batch as verl's v1 agent loop does; returns (meta, rows) with rows[i] = dict of the
     row's uid, session key, components, score and response mask (in the batch's key order)."""
     g = torch.Generator().manual_seed(seed)
@@ -60,10 +61,14 @@ def put_batch(seed, prompts=3, sessions=4, max_turns=1, max_len=7, padding=0, si
                 comps = {k: 1.0 for k in KEYS}  # a group of one with a nonzero score
             score = sum(w * comps[k] for k, w in zip(KEYS, WEIGHTS))
             turns = int(torch.randint(1, max_turns + 1, (1,), generator=g))
+            empty = empty_final and uid == groups[0][0] and s == 0  # final output without a model token
+            turns = max(turns, 2) if empty else turns
             for t in range(turns):
                 length = int(torch.randint(1, max_len + 1, (1,), generator=g))
                 mask = (torch.rand(length, generator=g) > 0.3).long()
-                mask[-1] = 1  # the last token is the model's
+                mask[-1] = 0 if empty and t == turns - 1 else 1
+                if empty and t == turns - 1:
+                    mask[:] = 0
                 rm = torch.zeros(length)
                 rm[-1] = score
                 field = {
@@ -194,7 +199,7 @@ def test_components_written_as_fields_of_their_own():
 
 def test_suite_supplies_components_weights_and_ranges():
     meta, rows = put_batch(seed=4)
-    suite = mrgrpo.rewards.get_suite("math")
+    suite = get_suite("math")
     assert list(suite.names) == KEYS
     adv, _ = advantages(meta, "mrgrpo_sa_mrpo", mrgrpo={"suite": "math", "options": {"gamma": 1.0}})
     want = expected(rows, "sa_mrpo", weights=list(suite.weights), reward_ranges=suite.reward_ranges, gamma=1.0, eps=VERL_EPS)
@@ -208,7 +213,7 @@ def test_suite_supplies_components_weights_and_ranges():
 @pytest.mark.parametrize("max_turns", [1, 3])
 def test_mrgrpo_grpo_equals_verls_grpo_on_v1(norm, max_turns):
     """verl's grpo on v1 (its own multi-trajectory path) vs mrgrpo_grpo on the scalar score."""
-    meta, rows = put_batch(seed=5 + max_turns, max_turns=max_turns, padding=2)
+    meta, rows = put_batch(seed=5 + max_turns, max_turns=max_turns, padding=2, empty_final=max_turns > 1)
     ours, _ = advantages(meta, "mrgrpo_grpo", norm_adv_by_std_in_grpo=norm)
     verls, _ = advantages(meta, "grpo", norm_adv_by_std_in_grpo=norm)
     torch.testing.assert_close(ours, verls, atol=1e-5, rtol=1e-5)

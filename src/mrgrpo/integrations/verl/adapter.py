@@ -265,6 +265,8 @@ def token_advantages(
     with torch.no_grad():
         values = rollout_values(estimator, rewards, group_ids, weights, options, settings, mask)
         if rows is not None:
+            # as verl's grpo: a session whose final output has no response token passes on 0
+            values = torch.where(mask.sum(dim=1) > 0, values, torch.zeros_like(values))
             values = values[torch.from_numpy(rows).to(values.device)]
         advantages = (values.unsqueeze(-1) * response_mask.to(torch.float64)).to(token_level_rewards.dtype)
     return advantages, advantages
