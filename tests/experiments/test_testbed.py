@@ -28,3 +28,60 @@ def test_components_and_scale():
 def test_unknown_scale_is_an_error():
     with pytest.raises(ValueError, match="unknown component"):
         testbed.testbed_suite(scales={"speed": 2})
+
+
+def test_warm_start_targets_work_the_sum_or_guess():
+    assert testbed.sft_completion("3 + 4", "7", tagged=True) == "3 + 4 = 7. <answer>7</answer>"
+    assert testbed.sft_completion("3 + 4", "7", tagged=False) == "3 + 4 = 7."
+    # a guess skips the worked sum and answers a wrong neighbour
+    assert testbed.sft_completion("3 + 4", "7", tagged=True, guess="9") == "9. <answer>9</answer>"
+    assert testbed.sft_completion("3 + 4", "7", tagged=False, guess="5") == "5."
+    assert 0 not in testbed.GUESS_OFFSETS
+
+
+def _learnable_config():
+    from mrgrpo.experiments.compare import load_compare_config
+    from mrgrpo.train.config import validate_config
+
+    train, experiment = load_compare_config("configs/testbed/learnable_scale1.yaml")
+    return validate_config(train), experiment
+
+
+def test_learnable_config_declares_the_guessing_warm_start():
+    config, experiment = _learnable_config()
+    assert experiment.warm_start.answer_noise == 0.5 and experiment.warm_start.include_eval
+    assert config.rewards.suite == "testbed"
+
+
+def test_warm_start_reloads_with_the_ids_it_was_fitted_with(tmp_path):
+    from mrgrpo.train.presets import load_tokenizer
+    from mrgrpo.train.tiny import build_tokenizer
+
+    config, _ = _learnable_config()
+    out = testbed.warm_start(config, 0, tmp_path / "warm", steps=1, batch_size=2, answer_noise=1.0, include_eval=True)
+    text = "<|im_start|>assistant\n7 + 3 = 10. <answer>10</answer><|im_end|>"
+    fitted = testbed.reloadable_tokenizer(tmp_path / "scratch")
+    assert load_tokenizer(str(out))(text)["input_ids"] == fitted(text)["input_ids"]
+    # why the warm start does not fit with the in-code tokenizer: a saved tiny checkpoint
+    # reloads as a Qwen2 tokenizer that splits digits, so its ids differ
+    assert build_tokenizer()(text)["input_ids"] != fitted(text)["input_ids"]
+    assert not (tmp_path / "warm.tmp").exists()
+
+
+def test_warm_start_rejects_a_bad_noise(tmp_path):
+    config, _ = _learnable_config()
+    with pytest.raises(ValueError, match="answer_noise"):
+        testbed.warm_start(config, 0, tmp_path / "warm", steps=1, answer_noise=1.5)
+
+
+def test_scaled_suite_rescales_values_and_range():
+    suite = testbed.scaled_suite(base="testbed", scales={"close": 10})
+    assert suite.names == ["correct", "format", "close", "low"]
+    assert suite.reward_ranges[2] == (0.0, 10.0) and suite.reward_ranges[0] == (0.0, 1.0)
+    values = {c.name: c(None, ["<answer>4</answer>"], answer=["7"]) for c in suite.components}
+    assert values["close"] == pytest.approx([10 * (1 - 3 / 9)])
+    assert values["correct"] == [0.0]
+    with pytest.raises(ValueError, match="unknown component"):
+        testbed.scaled_suite(base="testbed", scales={"speed": 2})
+    with pytest.raises(ValueError, match="unknown reward suite"):
+        testbed.scaled_suite(base="nope", scales={})

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from mrgrpo.experiments.stats import fmt_ci, mean_ci, paired
+from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
 from mrgrpo.yaml_numbers import load_yaml
 
 RESULT_FILE = "result.json"
@@ -57,6 +57,8 @@ class WarmStartConfig(_Strict):
     learning_rate: float = Field(3e-3, gt=0)
     batch_size: int = Field(32, gt=0)
     format_rate: float = Field(0.6, ge=0, le=1)
+    answer_noise: float = Field(0.0, ge=0, le=1, description="probability a target's answer is a wrong neighbour")
+    include_eval: bool = Field(False, description="also fit the held-out prompts (held out of RL only)")
 
 
 class EvalConfig(_Strict):
@@ -364,6 +366,7 @@ def summarize(records: list[dict[str, Any]], estimators: list[str], seeds: list[
                                 [by[(baseline, s)]["objectives"][view].get(obj) for s in seeds])
                     for obj in objectives
                 }
+        holm_family(diffs[view])  # one family per view: every estimator × objective of the table
     seconds = [r["seconds"] for r in records]
     return {
         "estimators": estimators, "seeds": seeds, "names": names, "objectives": objectives, "baseline": baseline,
@@ -399,9 +402,12 @@ def render_tables(summary: dict[str, Any]) -> list[str]:
                 for o in objectives:
                     d = cells[o]
                     sig = " ✓" if math.isfinite(d["ci"]) and abs(d["mean"]) > d["ci"] else ""
+                    sig += "‡" if d.get("p_holm", math.nan) < 0.05 else ""
                     out.append(f"{d['mean']:+.3f} ± {d['ci']:.3f} ({d['positive']}/{d['negative']}){sig}" if math.isfinite(d["mean"]) else "—")
                 lines.append(f"| {est} | " + " | ".join(out) + " |")
-            lines += ["", "✓: the 95% interval of the paired difference excludes 0.", ""]
+            family = sum(math.isfinite(c[o].get("p_holm", math.nan)) for c in summary["paired"][view].values() for o in objectives)
+            lines += ["", "✓: the 95% interval of the paired difference excludes 0 (per comparison, uncorrected). "
+                      f"‡: the paired t-test still rejects 0 at 5% after Holm's correction over the table's {family} comparisons.", ""]
     return lines
 
 

@@ -95,6 +95,19 @@ def testbed_suite(scales: Mapping[str, float] | None = None) -> RewardSuite:
 # --------------------------------------------------------------------------------------------
 # Supervised warm start (shared by every estimator of one seed: the paired design)
 
+#: Offsets of a warm-start guess from the right answer (``answer_noise``).
+GUESS_OFFSETS = (-2, -1, 1, 2)
+
+
+def sft_completion(expression: str, answer: str, tagged: bool, guess: str | None = None) -> str:
+    """A warm-start target (without end-of-sequence): the worked sum ``"3 + 4 = 7."``, or for a
+    ``guess`` the guessed answer alone (``"9."``); then ``" <answer>N</answer>"`` if ``tagged``."""
+    if guess is not None:
+        answer, worked = guess, f"{guess}."
+    else:
+        worked = f"{expression} = {answer}." if expression else f"{answer}."
+    return f"{worked} <answer>{answer}</answer>" if tagged else worked
+
 
 def warm_start(
     config: Any,
@@ -104,6 +117,8 @@ def warm_start(
     learning_rate: float = 3e-3,
     batch_size: int = 32,
     format_rate: float = 0.6,
+    answer_noise: float = 0.0,
+    include_eval: bool = False,
 ) -> Path:
     """Fit the ``tiny`` preset (initialized with ``seed``) to the task's training prompts by
     supervised next-token prediction on the completion only; save model and tokenizer to
@@ -113,29 +128,48 @@ def warm_start(
     The targets are ``<answer>N</answer>`` with probability ``format_rate`` and the bare
     number otherwise, so the format reward starts below 1. ``steps`` sets how well the
     arithmetic is learned before RL (fewer steps: lower starting accuracy).
+
+    ``answer_noise``: probability that a target is a *guess* instead: the answer alone,
+    without the worked expression, and wrong (``c + d``, ``d`` uniform in {−2, −1, +1, +2},
+    drawn afresh each time), e.g. ``9. <answer>9</answer>`` for ``3 + 4``. The fitted policy
+    then has two modes, working the sum out (right when it knows the fact) and guessing near
+    it (always wrong), and samples the guess often: sampled correctness starts low, and RL
+    can raise it by learning to work the sum out, a behaviour shared by all prompts. ``include_eval``: also fit the held-out prompts, so they are
+    held out of RL only (the warm start plays the part of pretraining knowledge; RL's gains
+    on them are what transfers from the training prompts). The tiny model does not generalize
+    one-digit arithmetic to problems it never saw, so without it held-out correctness stays
+    near what guessing neighbours gives.
     """
     import torch
 
     from mrgrpo.train.tasks import build_dataset
-    from mrgrpo.train.tiny import build_model, build_tokenizer
+    from mrgrpo.train.tiny import build_model
 
     out_dir = Path(out_dir)
     if (out_dir / "config.json").is_file():
         return out_dir
-    tokenizer = build_tokenizer()
+    if not 0.0 <= answer_noise <= 1.0:
+        raise ValueError(f"answer_noise must be in [0, 1], got {answer_noise}")
+    tokenizer = reloadable_tokenizer(out_dir.with_name(out_dir.name + ".tok"))
     model = build_model(tokenizer, seed=seed)
-    dataset = build_dataset(config.task, "train", chat=True)
+    splits = ["train", "eval"] if include_eval else ["train"]
+    rows = [row for split in splits for row in build_dataset(config.task, split, chat=True)]
     rng = random.Random(seed)
-    prompts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in dataset["prompt"]]
-    answers = [str(a) for a in dataset["answer"]]
-    expressions = [json.loads(e)["metadata"].get("expression", "") for e in dataset["task_entry"]]
+    prompts = [tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True) for row in rows]
+    expressions = [json.loads(row["task_entry"])["metadata"].get("expression", "") for row in rows]
     eos = tokenizer.eos_token
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    targets = [
-        (tokenizer(f"{x} = {a}. <answer>{a}</answer>{eos}", add_special_tokens=False)["input_ids"],
-         tokenizer(f"{x} = {a}.{eos}", add_special_tokens=False)["input_ids"])
-        for a, x in zip(answers, expressions)
-    ]
+
+    def target(x: str, a: str, tagged: bool, guessed: str | None = None) -> list[int]:
+        return tokenizer(sft_completion(x, a, tagged, guessed) + eos, add_special_tokens=False)["input_ids"]
+
+    def guess(row: dict[str, Any]) -> str | None:
+        a = _reference(row["answer"])
+        if answer_noise and rng.random() < answer_noise and a is not None:
+            return str(a + rng.choice(GUESS_OFFSETS))
+        return None
+
+    targets = [(target(x, str(row["answer"]), True), target(x, str(row["answer"]), False)) for row, x in zip(rows, expressions)]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
@@ -145,7 +179,9 @@ def warm_start(
             ids, labels = [], []
             for i in idx:
                 p = prompt_ids[i]
-                c = targets[i][0] if rng.random() < format_rate else targets[i][1]
+                tagged = rng.random() < format_rate
+                guessed = guess(rows[i])
+                c = targets[i][0 if tagged else 1] if guessed is None else target(expressions[i], "", tagged, guessed)
                 ids.append(p + c)
                 labels.append([-100] * len(p) + c)
             width = max(len(x) for x in ids)
@@ -161,5 +197,111 @@ def warm_start(
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    _check_roundtrip(tokenizer, tmp, prompts[0] + tokenizer.decode(targets[0][0]))
     tmp.rename(out_dir)
     return out_dir
+
+
+def reloadable_tokenizer(scratch: str | Path) -> Any:
+    """The tiny preset's tokenizer *as a saved checkpoint of it reloads*.
+
+    A tiny checkpoint's directory holds a Qwen2 ``config.json``, so loading it back
+    (:func:`mrgrpo.train.presets.load_tokenizer`) yields a ``Qwen2Tokenizer`` built from the
+    saved vocabulary with Qwen2's own pre-tokenizer, which splits digits one by one: the ids
+    of ``" 10"`` differ from those of the in-code tokenizer. A warm start fitted with the
+    in-code tokenizer would be read back by RL and evaluation with other ids (the arithmetic
+    it learned is lost). Fitting it with the reloaded tokenizer keeps warm start, RL and
+    evaluation on the same ids.
+    """
+    import shutil
+
+    from mrgrpo.train.presets import load_tokenizer
+    from mrgrpo.train.tiny import build_model, build_tokenizer
+
+    scratch = Path(scratch)
+    tokenizer = build_tokenizer()
+    tokenizer.save_pretrained(scratch)
+    build_model(tokenizer).config.save_pretrained(scratch)  # the model type decides the reload
+    try:
+        return load_tokenizer(str(scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_roundtrip(tokenizer: Any, directory: Path, text: str) -> None:
+    from mrgrpo.train.presets import load_tokenizer
+
+    reloaded = load_tokenizer(str(directory))
+    if reloaded(text, add_special_tokens=False)["input_ids"] != tokenizer(text, add_special_tokens=False)["input_ids"]:
+        raise RuntimeError(f"warm start {directory}: the saved tokenizer reloads with other token ids")
+
+
+def evaluate_start(config_path: str | Path, out: str | Path, seeds: list[int], overrides: list[str] | None = None) -> dict[str, Any]:
+    """Held-out sampled evaluation of the warm starts of a finished ``mrgrpo compare --out OUT``
+    (the policy *before* RL), with the comparison's own evaluation settings and seeds.
+
+    Writes and returns ``OUT/start.json``: ``{"seeds": [...], "objectives": {seed: {...}}}``, the
+    objectives normalized as in ``compare`` (component / range; ``total`` = weighted sum), so
+    ``eval − start`` per seed is what RL added.
+    """
+    from mrgrpo.experiments.compare import _evaluate, _normalize, load_compare_config
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import build_suite
+    from mrgrpo.train.presets import load_tokenizer
+
+    out = Path(out)
+    train, experiment = load_compare_config(config_path, overrides)
+    result: dict[str, Any] = {"seeds": list(seeds), "objectives": {}, "raw": {}}
+    for seed in seeds:
+        warm = out / "warm_start" / f"seed{seed}"
+        if not (warm / "config.json").is_file():
+            raise FileNotFoundError(f"{warm}: no warm start there; run `mrgrpo compare` on {out} first")
+        view = out / "start" / f"seed{seed}"  # a run directory whose only checkpoint is the warm start
+        view.mkdir(parents=True, exist_ok=True)
+        link = view / "checkpoint-0"
+        if not link.exists():
+            link.symlink_to(warm.resolve(), target_is_directory=True)
+        config = validate_config({**train, "model": str(warm), "seed": seed})
+        suite = build_suite(config, load_tokenizer(str(warm)))
+        means = _evaluate(view, config, suite, experiment)["means"]
+        result["raw"][str(seed)] = means
+        result["objectives"][str(seed)] = _normalize(means, suite.names, suite.reward_ranges, suite.weights)
+    (out / "start.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Any suite with one component rescaled (the scale experiment on a real task)
+
+
+@register_suite("scaled")
+def scaled_suite(base: str, scales: Mapping[str, float], tokenizer: Any = None, **options: Any) -> RewardSuite:
+    """Suite ``base`` (built with ``options``) with components multiplied by ``scales``, values
+    and declared ranges alike (e.g. ``{base: math, scales: {length: 10}}``); weights unchanged.
+    The estimators that normalize each objective (GDPO, SA-MRPO, CorrGRPO with
+    ``numerator="standardized"``) are blind to such a rescaling; GRPO's weighted total is not."""
+    import inspect
+
+    from mrgrpo.rewards.base import _SUITES, _import_builtin_suites, get_suite
+
+    _import_builtin_suites()
+    if base not in _SUITES:
+        raise ValueError(f"unknown reward suite {base!r}")
+    if "tokenizer" in inspect.signature(_SUITES[base]).parameters:
+        options["tokenizer"] = tokenizer
+    inner = get_suite(base, **options)
+    unknown = sorted(set(scales) - set(inner.names))
+    if unknown:
+        raise ValueError(f"scales: unknown component(s) {unknown}; suite {base!r} has {inner.names}")
+    components = []
+    for component in inner.components:
+        factor = float(scales.get(component.name, 1.0))
+        if not factor > 0:
+            raise ValueError(f"scales.{component.name} must be > 0, got {factor}")
+
+        def fn(prompts: list, completions: list, _c: RewardComponent = component, _f: float = factor, **columns: Any) -> list[float | None]:
+            return [None if v is None else _f * v for v in _c(prompts, completions, **columns)]
+
+        lo, hi = component.range
+        components.append(RewardComponent(component.name, (factor * lo, factor * hi), fn))
+    return RewardSuite(f"scaled({base})", tuple(components), tuple(inner.weights))
