@@ -109,3 +109,35 @@ def test_signals(sig, mode):
     proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert_all_end(pids)
+
+
+def test_a_forked_caller_starts_its_own_launcher_and_the_parents_still_ends_with_it():
+    script = textwrap.dedent(
+        """
+        import json, os, sys
+        import mrgrpo.rewards.sandbox as sandbox
+        from mrgrpo.rewards.sandbox import Job, run
+        job = Job("def f():\\n    return 1\\n", "def check(c):\\n    assert c() == 1\\n", "humaneval", "f")
+        assert run(job).passed
+        parent_launcher = sandbox._zygote_instance.pid
+        child = os.fork()
+        if child == 0:  # e.g. a data-loader worker: it runs its own jobs and outlives the parent
+            ok = run(job).passed and sandbox._zygote_instance.pid != parent_launcher
+            print(json.dumps({"child_ok": ok, "child_launcher": sandbox._zygote_instance.pid, "child": os.getpid()}), flush=True)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            import time
+            time.sleep(5)
+            os._exit(0)
+        print(json.dumps({"parent_launcher": parent_launcher}), flush=True)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    got = {k: v for line in lines for k, v in line.items()}
+    assert got.get("child_ok") is True, proc.stderr[-2000:]
+    assert alive(got["child"])  # the parent has exited, its forked child lives on...
+    assert_all_end([got["parent_launcher"]], within=3.0)  # ...and the parent's launcher ended with the parent
+    assert alive(got["child"])
+    assert_all_end([got["child_launcher"]])

@@ -129,6 +129,11 @@ class Zygote:
                 raise ZygoteDied("sandbox launcher is gone")
             return os.waitstatus_to_exitcode(self._exits.pop(pid))
 
+    def forget(self) -> None:
+        """In a forked copy of the caller: close this copy's socket, leave the launcher alone."""
+        self.alive = False
+        self._sock.close()
+
     def exited(self, pid: int) -> bool:
         with self._cond:
             return pid in self._exits

@@ -393,6 +393,20 @@ def _drop_zygote(z: Zygote) -> None:
     z.close()
 
 
+def _forget_zygote_in_child() -> None:
+    """After a fork of the caller: drop the child's copies of the launcher's sockets, so the
+    launcher still sees its owner's end close when the owner exits (the child starts its own)."""
+    global _zygote_instance
+    z, _zygote_instance = _zygote_instance, None
+    if z is not None:
+        for _, sock in z.idle_judges:
+            sock.close()
+        z.forget()
+
+
+os.register_at_fork(after_in_child=_forget_zygote_in_child)
+
+
 @atexit.register
 def _close_zygote() -> None:
     """At interpreter exit: end the launcher, and with it every sandbox process, and reap it."""
