@@ -165,3 +165,13 @@ def test_compare_estimator_options_read_numbers_as_numbers():
     from mrgrpo.experiments.compare import estimator_spec
 
     assert estimator_spec("corr_grpo(eps=1e-5;shrinkage=auto)")[1] == {"eps": 1e-5, "shrinkage": "auto"}
+
+
+def test_analyze_reads_rollouts_by_the_same_rules(tmp_path):
+    src = write_rows(
+        tmp_path / "rollouts.jsonl",
+        {"step": 1, "group_id": 0, "c": 1, "f": 1}, {"step": 1, "group_id": 0, "c": 0, "f": 0.5},
+        {"step": 2, "group_id": 0, "c": 1}, {"step": 2, "group_id": 0, "c": 0, "f": True},
+    )
+    message = one_error_line(runner.invoke(app, ["analyze", str(src), "--out", str(tmp_path / "a")]))
+    assert "rollouts.jsonl:3: component 'f' is missing" in message

@@ -157,6 +157,7 @@ def read_reward_jsonl(
     group_field: str = "group_id",
     components: list[str] | None = None,
     allow_missing: bool = False,
+    missing_hint: str = "add it (null = not scored) or pass --allow-missing to read it as not scored",
 ) -> RewardBatch:
     """Read rollouts from JSONL (see the module docstring for the format and the rules).
 
@@ -167,6 +168,7 @@ def read_reward_jsonl(
             fields over all lines, minus metadata fields.
         allow_missing: read a component absent from a line as NaN (not scored) instead of
             raising.
+        missing_hint: the fix a missing component's message suggests.
 
     Raises:
         InputError: naming the file, the 1-based line and the field.
@@ -208,10 +210,7 @@ def read_reward_jsonl(
                 if allow_missing:
                     row.append(math.nan)
                     continue
-                raise InputError(
-                    f"{path}:{line_number}: component {name!r} is missing (other lines have it); "
-                    "add it (null = not scored) or pass --allow-missing to read it as not scored"
-                )
+                raise InputError(f"{path}:{line_number}: component {name!r} is missing (other lines have it); {missing_hint}")
             row.append(_component_value(record[name], path, line_number, name))
         rows.append(row)
     labels = [record[group_field] for record in records]

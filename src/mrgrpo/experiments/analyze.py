@@ -54,23 +54,25 @@ def _run_suite_info(run_dir: Path) -> tuple[list[str] | None, list[float] | None
 
 
 def read_rollouts(path: Path, names: list[str] | None = None) -> tuple[list[str], list[tuple[int, torch.Tensor, list[Any]]]]:
-    """``(component names, [(step, rewards [N, K] float64, group ids), ...])`` from a rollouts file."""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if not records:
-        raise ValueError(f"{path}: no rollouts")
-    if names is None:
-        names = [k for k, v in records[0].items() if k not in ("step", "group_id") and (v is None or isinstance(v, (int, float)))]
-    steps: dict[int, list[dict[str, Any]]] = {}
-    for record in records:
-        if "group_id" not in record:
-            raise ValueError(f"{path}: every line needs a group_id")
-        steps.setdefault(int(record.get("step", 0)), []).append(record)
-    batches = []
-    for step in sorted(steps):
-        rows = steps[step]
-        matrix = torch.tensor([[math.nan if r.get(n) is None else float(r[n]) for n in names] for r in rows], dtype=torch.float64)
-        batches.append((step, matrix, [r["group_id"] for r in rows]))
-    return names, batches
+    """``(component names, [(step, rewards [N, K] float64, group ids), ...])`` from a rollouts file.
+
+    Read by :func:`mrgrpo.rollouts.read_reward_jsonl` (the same rules as ``mrgrpo diagnose``:
+    ``names`` or the union of numeric fields minus metadata such as ``step``; a missing or
+    mistyped component is an error naming the line); rollouts are batched by their ``step``."""
+    from mrgrpo.errors import InputError
+    from mrgrpo.rollouts import read_reward_jsonl
+
+    batch = read_reward_jsonl(path, "group_id", names, missing_hint="add it (null = not scored) to every line")
+    steps: dict[int, list[int]] = {}
+    for i, (record, line) in enumerate(zip(batch.records, batch.line_numbers)):
+        step = record.get("step", 0)
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise InputError(f"{path}:{line}: field 'step' must be an integer, got {step!r}")
+        steps.setdefault(step, []).append(i)
+    batches = [
+        (step, batch.rewards[rows], [batch.group_ids[i] for i in rows]) for step, rows in sorted(steps.items())
+    ]
+    return batch.names, batches
 
 
 def group_standardize(rewards: torch.Tensor, group_ids: list[Any]) -> torch.Tensor:
