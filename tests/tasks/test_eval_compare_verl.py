@@ -88,7 +88,7 @@ def test_compare_on_the_code_and_tool_calling_configs_writes_its_table(name, tmp
     out = tmp_path / "cmp"
     result = CliRunner().invoke(app, [
         "compare", "--config", str(ROOT / f"configs/{name}.yaml"), "--estimators", "grpo,gdpo", "--seeds", "2",
-        "--out", str(out), "--set", "max_steps=2", "--set", "save_steps=2",
+        "--jobs", "2", "--out", str(out), "--set", "max_steps=2", "--set", "save_steps=2",
         "--set", "experiment.eval.limit=2", "--set", "experiment.eval.samples=2",
         "--set", "experiment.eval.max_new_tokens=8",
     ])
@@ -97,5 +97,6 @@ def test_compare_on_the_code_and_tool_calling_configs_writes_its_table(name, tmp
     assert summary["estimators"] == ["grpo", "gdpo"] and summary["seeds"] == [0, 1]
     table = (out / "compare.md").read_text()
     assert "| grpo |" in table and "| gdpo |" in table
-    suite = "code" if name == "code" else "tool_call"
-    assert suite in ("code", "tool_call") and all(n in table for n in summary["names"])
+    expected = {"code": ["format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency"],
+                "tool_call": ["format", "function_name", "parameter_names", "parameter_values", "all_exact"]}[name]
+    assert summary["names"] == expected and all(f"| {n} " in table or n in table for n in expected)

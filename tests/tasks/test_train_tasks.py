@@ -40,6 +40,7 @@ def _metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # ~1-2 minutes per config (two processes: the run, then its resume)
 @pytest.mark.parametrize("name", ["math", "code", "tool_call", "agentdojo"])
 def test_example_config_trains_resumes_and_scores_every_component(name, tmp_path):
     run = tmp_path / "run"

@@ -68,6 +68,7 @@ def test_agent_scoring_workers_die_with_their_parent_even_on_sigkill():
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in workers)
 
 
+@pytest.mark.slow  # starts a real AgentDojo run per signal
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signalled_run_leaves_no_process_holding_its_output(sig, tmp_path):
     """The issue's hang: `mrgrpo train ... | tail` waited on orphaned children. Start an AgentDojo run

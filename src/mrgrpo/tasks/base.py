@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from mrgrpo.errors import ConfigError
@@ -379,7 +379,3 @@ def check_scorable(task: Task, suite: Any, dataset: Any) -> dict[str, float]:
             f"set rewards.components: [{', '.join(keep)}] or give the rows what they read"
         )
     return means
-
-
-def with_spec(spec: TaskSpec, **changes: Any) -> TaskSpec:
-    return replace(spec, **changes)
