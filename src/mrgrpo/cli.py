@@ -227,7 +227,7 @@ def advantages(
     for key, value in options.items():
         takers = [n for n in columns if key in mrgrpo.get_estimator(n).options]
         if len(takers) < len(columns):
-            notes.print(f"option {key}={value!r} applies to {', '.join(takers)} only", soft_wrap=True)
+            notes.print(escape(f"option {key}={value!r} applies to {', '.join(takers)} only"), soft_wrap=True)
     rows = []
     if out is not None:
         for i, record in enumerate(batch.records):
