@@ -271,3 +271,12 @@ def test_verls_own_gdpo_cannot_see_the_components_on_v1():
     meta, _ = put_batch(seed=12)
     with pytest.raises(KeyError, match="prompts"):
         advantages(meta, "gdpo", gdpo_reward_keys=KEYS)
+
+
+@pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
+def test_every_trainer_mode_hands_over_the_components(mode):
+    meta, rows = put_batch(seed=13, max_turns=2)
+    block = {"components": KEYS, "weights": WEIGHTS}
+    trainer("mrgrpo_gdpo", mode=mode, mrgrpo=block)._compute_advantage(meta, metrics={})
+    adv = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages"])["advantages"]
+    torch.testing.assert_close(adv.to_padded_tensor(0.0).double(), expected(rows, "gdpo", eps=VERL_EPS), atol=1e-6, rtol=1e-5)
