@@ -24,6 +24,7 @@ Shapes: N rollouts, K components (C columns in general), ``num_groups`` groups.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -498,7 +499,22 @@ def _scaled_moments(x: Tensor, groups: Groups) -> GroupMoments:
 
 
 #: Rows per chunk when a float32 matrix is reduced in float64 (the chunk stays in cache).
-CHUNK_ROWS = 65536
+CHUNK_ROWS = 8192
+
+_WORKSPACE = threading.local()
+
+
+def workspace(rows: int, cols: int, dtype: torch.dtype) -> Tensor:
+    """A CPU scratch buffer ``[rows, cols]`` reused across calls in this thread (contents
+    undefined; never returned to callers): chunked float64 work then touches no fresh memory."""
+    buffers = _WORKSPACE.__dict__.setdefault("buffers", {})
+    key = (rows, cols, dtype)
+    buffer = buffers.get(key)
+    if buffer is None:
+        if len(buffers) > 16:
+            buffers.clear()
+        buffer = buffers[key] = torch.empty(rows, cols, dtype=dtype)
+    return buffer
 
 
 def column_sums64(x: Tensor) -> Tensor:
@@ -508,7 +524,7 @@ def column_sums64(x: Tensor) -> Tensor:
     if x.dtype == torch.float64 or x.device.type != "cpu":
         return torch.mv(x.to(torch.float64).T, torch.ones(x.shape[0], dtype=torch.float64, device=x.device))
     out = torch.zeros(x.shape[1], dtype=torch.float64)
-    buffer = torch.empty(min(x.shape[0], CHUNK_ROWS), x.shape[1], dtype=torch.float64)
+    buffer = workspace(min(x.shape[0], CHUNK_ROWS), x.shape[1], torch.float64)
     for start in range(0, x.shape[0], CHUNK_ROWS):
         stop = min(start + CHUNK_ROWS, x.shape[0])
         chunk = buffer[: stop - start]

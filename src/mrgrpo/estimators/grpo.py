@@ -11,7 +11,15 @@ from torch import Tensor
 
 from mrgrpo.estimators._checks import check_choice, check_ddof, check_eps
 from mrgrpo.errors import InputError
-from mrgrpo.estimators.groups import Groups, group_moments, group_zscores_1d, pow2_scale, standardize
+from mrgrpo.estimators.groups import (
+    CHUNK_ROWS,
+    Groups,
+    group_moments,
+    group_zscores_1d,
+    pow2_scale,
+    standardize,
+    workspace,
+)
 from mrgrpo.estimators.registry import register_estimator
 
 SCALES = ("group", "batch", "none")
@@ -45,17 +53,13 @@ def weighted_total(rewards: Tensor, weights: Tensor) -> Tensor:
     return total
 
 
-#: Rows per chunk when a float32 matrix is multiplied in float64 (the chunk stays in cache).
-CHUNK_ROWS = 65536
-
-
 def _matvec64(x: Tensor, w: Tensor) -> Tensor:
     """``x @ w`` in float64 ``[N]``, converting float32 ``x`` chunk by chunk (no float64 copy of
     the whole matrix: the conversion, not the product, is what costs)."""
     if x.dtype == torch.float64 or x.device.type != "cpu" or x.shape[0] <= CHUNK_ROWS:
         return torch.mv(x.to(torch.float64), w)
     out = torch.empty(x.shape[0], dtype=torch.float64)
-    buffer = torch.empty(CHUNK_ROWS, x.shape[1], dtype=torch.float64)
+    buffer = workspace(CHUNK_ROWS, x.shape[1], torch.float64)
     for start in range(0, x.shape[0], CHUNK_ROWS):
         stop = min(start + CHUNK_ROWS, x.shape[0])
         chunk = buffer[: stop - start]
@@ -118,7 +122,7 @@ def _shifted_total32(rewards: Tensor, groups: Groups, weights: Tensor) -> Tensor
     if groups.block_size is not None:
         g = groups.block_size
         rows = max(g, CHUNK_ROWS // g * g)
-        buffer = torch.empty(rows, rewards.shape[1], dtype=torch.float64)
+        buffer = workspace(rows, rewards.shape[1], torch.float64)
         for start in range(0, n, rows):
             stop = min(start + rows, n)
             chunk = buffer[: stop - start]
@@ -127,8 +131,11 @@ def _shifted_total32(rewards: Tensor, groups: Groups, weights: Tensor) -> Tensor
             out[start:stop].view(-1, g).copy_(total - total[:, :1])
     else:
         total = _matvec64(rewards, weights)
-        first = total.index_select(0, groups.first)
-        buffer = torch.empty(min(n, CHUNK_ROWS), dtype=torch.float64)
+        # Any member's total serves as the shift (a constant group then gives exact zeros):
+        # a scatter writes one per group directly; on the CPU a 1-D scatter runs in order, so
+        # the last member wins on every run (same bits every time).
+        first = torch.empty(groups.num_groups, dtype=torch.float64).scatter_(0, groups.index, total)
+        buffer = workspace(1, min(n, CHUNK_ROWS), torch.float64)[0]
         for start in range(0, n, CHUNK_ROWS):
             stop = min(start + CHUNK_ROWS, n)
             chunk = buffer[: stop - start]
