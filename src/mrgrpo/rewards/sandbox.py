@@ -208,7 +208,7 @@ def _boot_code() -> bytes:
     here = Path(__file__)
     codes = tuple(
         compile(here.with_name(name).read_text(), f"<mrgrpo-sandbox-{name[9:-3]}>", "exec", dont_inherit=True)
-        for name in ("_sandbox_wire.py", "_sandbox_boot.py")
+        for name in ("_sandbox_wire.py", "_sandbox_boot.py", "_sandbox_candidate.py", "_sandbox_judge.py")
     )
     return marshal.dumps(codes)
 

@@ -1,0 +1,374 @@
+"""The candidate side of a sandbox run (private; read as *source* by :mod:`mrgrpo.rewards.sandbox`).
+
+Compiled, with ``_sandbox_wire.py``, ``_sandbox_boot.py`` and ``_sandbox_judge.py``, into the
+one namespace of a sandbox process's bootstrap (they share their names); never imported.
+:func:`_candidate_main` isolates the process (:func:`_isolate`, :func:`_limit`,
+:func:`_install_guard`), then runs the untrusted program and serves the judge's requests.
+"""
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
+    1, 2, 4, 32, 4096, 16384, 1 << 18,
+)
+_ROOT = "/tmp/.mrgrpo-root"
+_PRIVATE_WORKDIR = "/tmp/work"
+
+
+def _isolate(job):
+    """New network + mount namespaces, a fresh root on a private tmpfs, then chroot into it.
+
+    The new root holds only the standard library (read-only, ``site-packages`` hidden),
+    ``/dev/null``/``/dev/zero``/``/dev/urandom`` and a private ``/tmp`` with the working
+    directory, all on one size-capped tmpfs that vanishes with the process: the caller's
+    files, the datasets, ``/proc`` and every other process's files are out of sight.
+    Returns ``(workdir, flags)`` or raises OSError (then back in the original mount
+    namespace, the new network namespace kept). The uid drop follows in :func:`_limit`.
+    """
+    import posix
+
+    try:
+        original_ns = posix.open("/proc/self/ns/mnt", posix.O_RDONLY)
+    except OSError:
+        original_ns = None
+
+    libc = _libc()
+    try:
+        if libc("unshare", _CLONE_NEWNS | _CLONE_NEWNET) != 0:
+            raise OSError("unshare failed")
+        try:
+            return _new_root(job, libc)
+        except OSError:
+            if original_ns is not None:  # back to the caller's view of the files for the guards-only run
+                libc("setns", original_ns, _CLONE_NEWNS)
+            raise
+    finally:
+        if original_ns is not None:
+            posix.close(original_ns)
+
+
+def _new_root(job, libc):
+    import posix
+
+    if libc("mount", None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError("mount --make-rprivate / failed")
+    tmp_opts = b"size=%dk,mode=1777" % (job["tmpfs_kb"],)
+    if libc("mount", b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, tmp_opts) != 0:
+        raise OSError("tmpfs on /tmp failed")
+    root = _ROOT
+
+    def makedirs(path, mode=0o755):
+        at = ""
+        for part in path.strip("/").split("/"):
+            at += "/" + part
+            try:
+                posix.mkdir(at, mode)
+            except FileExistsError:
+                pass
+
+    def bind(source, target, readonly=True):
+        if libc("mount", source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+            raise OSError("bind mount of %s failed" % source)
+        if readonly:
+            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+            libc("mount", None, target.encode(), None, flags, None)
+
+    stdlib = job["stdlib"]
+    makedirs(root + stdlib)
+    bind(stdlib, root + stdlib)
+    hidden = root + stdlib + "/site-packages"
+    try:
+        posix.stat(hidden)
+        libc("mount", b"tmpfs", hidden.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, b"size=4k,mode=755")
+    except OSError:
+        pass
+    makedirs(root + "/dev")
+    for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        posix.close(posix.open(root + device, posix.O_CREAT | posix.O_WRONLY, 0o644))
+        bind(device, root + device, readonly=False)
+    makedirs(root + "/tmp", 0o1777)
+    posix.chmod(root + "/tmp", 0o1777)
+    posix.mkdir(root + _PRIVATE_WORKDIR, 0o700)
+    posix.chown(root + _PRIVATE_WORKDIR, job["uid"], job["uid"])
+    posix.chdir(root)
+    if libc("chroot", b".") != 0:
+        raise OSError("chroot failed")
+    return _PRIVATE_WORKDIR, ["netns", "mountns", "chroot"]
+
+
+def _limit(job, drop_uid):
+    import resource
+
+    def cap(which, value):
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+    cpu = job["cpu_s"]
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    except (ValueError, OSError):
+        pass
+    cap(resource.RLIMIT_FSIZE, job["fsize"])
+    cap(resource.RLIMIT_NOFILE, job["nofile"])
+    cap(resource.RLIMIT_CORE, 0)
+    cap(resource.RLIMIT_NPROC, 1)
+    if drop_uid is not None:
+        import posix
+
+        posix.setgroups([])
+        posix.setgid(drop_uid)
+        posix.setuid(drop_uid)
+    cap(resource.RLIMIT_AS, job["address_space"])
+
+
+_BLOCKED = frozenset(
+    (
+        "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.startfile",
+        "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "os.symlink", "os.chroot",
+        "socket.__new__", "socket.bind", "socket.connect", "socket.getaddrinfo", "socket.gethostbyname",
+        "socket.gethostbyaddr", "socket.sendto", "socket.sendmsg", "sys.addaudithook", "sys.settrace",
+        "sys.setprofile", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "resource.setrlimit",
+        "resource.prlimit", "os.setxattr", "os.removexattr", "pty.spawn", "webbrowser.open",
+    )
+)
+_PATH_EVENTS = frozenset(
+    (
+        "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
+        "os.link", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree",
+        "shutil.chown", "os.chflags", "os.lchflags", "os.mkfifo", "os.mknod",
+    )
+)
+
+
+_GUARDS_ONLY_BLOCKED = frozenset(
+    (
+        "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata",
+        "ctypes.cdata/buffer", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
+    )
+)
+
+
+def _install_guard(workdir, stdlib, guards_only):
+    """Audit hook: no processes, signals, sockets, tracing, gc walking, rlimit changes; writes,
+    deletions and renames only inside the working directory. With ``guards_only`` (no OS-level
+    isolation: the program runs as the caller's uid), also no ``ctypes`` and no reading outside
+    the standard library, the working directory and ``/dev/null``/``/dev/urandom`` (so neither
+    ``/proc/<pid>/mem`` nor the datasets on disk). Defence in depth: the verdict does not depend
+    on it (the candidate never holds the judge's state)."""
+    import posix
+    import sys
+
+    getcwd = posix.getcwd
+    type_ = type
+    write_flags = posix.O_WRONLY | posix.O_RDWR | posix.O_APPEND | posix.O_CREAT | posix.O_TRUNC
+    root = workdir.rstrip("/")
+    allowed_devices = ("/dev/null",)
+
+    def normalize(path):
+        if type_(path) is bytes:
+            path = path.decode("utf-8", "surrogateescape")
+        if not path.startswith("/"):
+            path = getcwd() + "/" + path
+        parts = []
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if parts:
+                    parts.pop()
+            else:
+                parts.append(part)
+        return "/" + "/".join(parts)
+
+    def inside(path):
+        if type_(path) is int:
+            return True
+        if type_(path) not in (str, bytes):
+            return False
+        full = normalize(path)
+        return full == root or full.startswith(root + "/") or full in allowed_devices
+
+    libraries = tuple({normalize(p) for p in [stdlib] + [p for p in sys.path if type_(p) is str and p]})
+    readable_devices = ("/dev/null", "/dev/urandom", "/dev/zero")
+
+    def readable(path):
+        if type_(path) is int:
+            return True
+        if type_(path) not in (str, bytes):
+            return False
+        full = normalize(path)
+        if inside(path) or full in readable_devices:
+            return True
+        return any(full == lib or full.startswith(lib + "/") for lib in libraries)
+
+    def deny(event):
+        raise PermissionError("sandbox: %s is not allowed" % event)
+
+    def guard(event, args):
+        if event in _BLOCKED or (guards_only and event in _GUARDS_ONLY_BLOCKED):
+            deny(event)
+        if event == "open":
+            path, mode, flags = args
+            writing = (type_(flags) is int and flags & write_flags) or (
+                type_(mode) is str and any(c in mode for c in "wax+")
+            )
+            if writing and not inside(path):
+                deny("writing outside the working directory")
+            if guards_only and not readable(path):
+                deny("reading outside the standard library and the working directory")
+        elif event in _PATH_EVENTS:
+            for arg in args:
+                if type_(arg) in (str, bytes) and not inside(arg):
+                    deny(event + " outside the working directory")
+
+    sys.addaudithook(guard)
+
+
+def _error_payload(error):
+    try:
+        name = type(error).__name__
+        message = str(error)
+    except BaseException:
+        name, message = "Exception", ""
+    if type(name) is not str:
+        name = "Exception"
+    return encode((name[:80], message[:1000] if type(message) is str else ""))
+
+
+def _candidate_main(read):
+    """The untrusted side: fds 0 (program, then /dev/null), 1, 2 (captured), 3 (requests), 4 (replies)."""
+    import io
+    import marshal
+    import posix
+    import sys
+
+    job = marshal.loads(read(int(read(10))))
+    posix.close(0)
+    posix.open("/dev/null", posix.O_RDONLY)
+    workdir, flags, drop = job["workdir"], [], None
+    if job["isolate"]:
+        try:
+            workdir, flags = _isolate(job)
+            drop = job["uid"]
+        except OSError:
+            if job["require_isolation"]:
+                _send(4, b"H", b"unavailable")
+                return
+            workdir, flags = job["workdir"], []
+    posix.chdir(workdir)
+    _limit(job, drop)
+    if drop is not None:
+        flags.append("uid")
+    _send(4, b"H", ",".join(flags or ["guards"]).encode())
+    _install_guard(workdir, job["stdlib"], guards_only=drop is None)
+    source, stdout, stderr = job["program"], sys.stdout, sys.stderr
+    del job
+    builtins_module = sys.modules["builtins"]
+    builtins_dict = builtins_module.__dict__
+    snapshot = tuple(builtins_dict.items())
+    namespace = {"__name__": "__main__", "__builtins__": builtins_module}
+    program = None
+
+    def flush():
+        # The program's changes to builtins stay its own: this server's code needs the real ones.
+        builtins_dict.clear()
+        builtins_dict.update(snapshot)
+        for stream in (stdout, stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+
+    while True:
+        try:
+            kind, payload = _recv(3, 1 << 30)
+        except (EOFError, OSError, ValueError):
+            flush()
+            return
+        try:
+            if kind == b"L":
+                try:
+                    program = compile(source, "<program>", "exec", dont_inherit=True, optimize=0)
+                except BaseException as error:
+                    flush()
+                    _send(4, b"I", _error_payload(error))
+                    continue
+                try:
+                    exec(program, namespace)
+                except BaseException as error:
+                    flush()
+                    _send(4, b"E", _error_payload(error))
+                    continue
+                flush()
+                _send(4, b"O", encode(None))
+            elif kind == b"R":
+                answer = []
+                for name in decode(payload):
+                    if name not in namespace:
+                        answer.append(("x", "not defined"))
+                        continue
+                    value = namespace[name]
+                    if callable(value):
+                        answer.append(("f", ""))
+                        continue
+                    try:
+                        answer.append(("v", decode(encode(value))))
+                    except BaseException as error:
+                        answer.append(("x", str(error)[:200]))
+                _send(4, b"O", encode(tuple(answer)))
+            elif kind == b"C":
+                name, args, kwargs = decode(payload)
+                try:
+                    value = namespace[name](*args, **kwargs)
+                except BaseException as error:
+                    flush()
+                    _send(4, b"E", _error_payload(error))
+                    continue
+                flush()  # restores the builtins before encoding
+                try:
+                    data = encode(value)
+                except BaseException as error:
+                    _send(4, b"N", encode(str(error)[:300]))
+                    continue
+                _send(4, b"O", data)
+            elif kind == b"S":
+                if program is None:
+                    try:
+                        program = compile(source, "<program>", "exec", dont_inherit=True, optimize=0)
+                    except BaseException as error:
+                        _send(4, b"I", _error_payload(error))
+                        continue
+                out = io.BytesIO()
+                sys.stdin = io.TextIOWrapper(io.BytesIO(decode(payload).encode("utf-8", "surrogatepass")), encoding="utf-8")
+                sys.stdout = writer = io.TextIOWrapper(out, encoding="utf-8", errors="surrogatepass", write_through=True)
+                failure = None
+                try:
+                    exec(program, {"__name__": "__main__", "__builtins__": sys.modules["builtins"]})
+                except SystemExit as error:
+                    if error.code not in (None, 0):
+                        failure = error
+                except BaseException as error:
+                    failure = error
+                try:
+                    writer.flush()
+                except BaseException:
+                    pass
+                sys.stdin, sys.stdout = sys.__stdin__, stdout
+                flush()
+                if failure is not None:
+                    _send(4, b"E", _error_payload(failure))
+                else:
+                    _send(4, b"O", encode(out.getvalue().decode("utf-8", "replace")))
+            else:
+                return
+        except (BrokenPipeError, OSError):
+            return
+        except BaseException as error:  # keep serving: an encode/decode failure is one reply
+            try:
+                _send(4, b"E", _error_payload(error))
+            except BaseException:
+                return
+
+

@@ -1,0 +1,331 @@
+"""The judge side of a sandbox run (private; read as *source* by :mod:`mrgrpo.rewards.sandbox`).
+
+Compiled, with ``_sandbox_wire.py``, ``_sandbox_boot.py`` and ``_sandbox_candidate.py``, into the
+one namespace of a sandbox process's bootstrap (they share their names); never imported. No
+untrusted code ever runs here: :func:`_judge_main` runs a run's tests in a fresh namespace and
+calls the candidate through :class:`_Link`, which accepts plain data only; :func:`_judge_server`
+judges one run after another.
+"""
+
+class CandidateGone(Exception):
+    """The candidate's process ended (or broke the protocol) before answering."""
+
+
+class RemoteError(Exception):
+    """An exception the candidate reported that is not a built-in exception type."""
+
+    def __init__(self, name, message):
+        super().__init__(message)
+        self.remote_name = name
+
+
+class UnsendableArgument(TypeError):
+    """The tests passed the candidate something that is not plain data."""
+
+
+class ValueTooLarge(Exception):
+    """The candidate's reply was larger than the judge accepts."""
+
+
+_NOT_MAPPED = frozenset(("SystemExit", "KeyboardInterrupt", "GeneratorExit", "StopIteration", "StopAsyncIteration"))
+
+
+_EXCEPTIONS = {}
+
+
+def _exceptions(builtins_dict):
+    """Built-in exception types by name (those a candidate's error may map to); computed once."""
+    if not _EXCEPTIONS:
+        _EXCEPTIONS.update(
+            (k, v) for k, v in builtins_dict.items()
+            if type(v) is type and issubclass(v, BaseException) and k not in _NOT_MAPPED
+        )
+    return _EXCEPTIONS
+
+
+class _Link:
+    """The judge's end of the pipe pair: one request, one reply, timed on the judge's clock."""
+
+    def __init__(self, to_fd, from_fd, cap, builtins_dict):
+        import select
+        import time
+
+        self.to_fd, self.from_fd, self.cap = to_fd, from_fd, cap
+        self.elapsed = 0
+        self.gone = None
+        self.clock = time.perf_counter_ns
+        self.poll = select.poll()
+        self.poll.register(from_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        self.exceptions = _exceptions(builtins_dict)
+
+    def request(self, kind, payload=b"", timed=False):
+        """``(kind, payload)`` of the reply, or raises (CandidateGone, ValueTooLarge).
+
+        ``timed``: add the wall time from sending the request to receiving the whole reply
+        to ``elapsed`` (the candidate's calls; loading and name resolution are not counted).
+        """
+        if self.gone is not None:
+            raise CandidateGone(self.gone)
+        if self.poll.poll(0):  # the candidate spoke before being asked, or is gone
+            try:
+                self.gone = "the candidate wrote before being asked" if _read_exact(self.from_fd, 1) else "ended"
+            except (EOFError, OSError):
+                self.gone = "ended"
+            raise CandidateGone(self.gone)
+        start = self.clock()
+        try:
+            _send(self.to_fd, kind, payload)
+            reply = _recv(self.from_fd, self.cap)
+        except ValueError:
+            self.gone = "reply larger than the limit"
+            raise ValueTooLarge("the candidate's reply is larger than %d bytes" % self.cap) from None
+        except (EOFError, OSError):
+            self.gone = "ended"
+            raise CandidateGone("the candidate's process ended") from None
+        finally:
+            if timed:
+                self.elapsed += self.clock() - start
+        return reply
+
+    def raise_remote(self, payload):
+        try:
+            name, message = decode(payload)
+        except WireError:
+            name, message = "Exception", ""
+        if type(name) is not str or type(message) is not str:
+            name, message = "Exception", ""
+        cls = self.exceptions.get(name)
+        if cls is not None:
+            try:
+                error = cls(message)
+            except BaseException:
+                error = RemoteError(name, message)
+        else:
+            error = RemoteError(name, message)
+        raise error
+
+    def value(self, kind, payload):
+        if kind == b"O":
+            try:
+                return decode(payload)
+            except WireError as error:
+                raise NotPlainData("the candidate sent malformed data: %s" % error) from None
+        if kind == b"N":
+            try:
+                reason = decode(payload)
+            except WireError:
+                reason = ""
+            raise NotPlainData(reason if type(reason) is str else "not plain data")
+        if kind == b"E":
+            self.raise_remote(payload)
+        self.gone = "protocol error"
+        raise CandidateGone("the candidate broke the protocol")
+
+    def call(self, name, args, kwargs):
+        try:
+            payload = encode((name, args, kwargs))
+        except NotPlainData as error:
+            raise UnsendableArgument(str(error)) from None
+        return self.value(*self.request(b"C", payload, timed=True))
+
+
+class _Remote:
+    """A function of the candidate, as the tests see it: each call goes over the pipe."""
+
+    __slots__ = ("_link", "_name")
+
+    def __init__(self, link, name):
+        self._link, self._name = link, name
+
+    def __call__(self, *args, **kwargs):
+        return self._link.call(self._name, args, kwargs)
+
+    def __repr__(self):
+        return "<candidate function %s>" % self._name
+
+
+def _name_of(error):
+    name = error.remote_name if isinstance(error, RemoteError) else type(error).__name__
+    if type(name) is not str:
+        name = "Exception"
+    keep = "".join(c if (c.isalnum() or c in "_.") else "_" for c in name)[:80]
+    return (keep or "Exception").encode("ascii", "replace")
+
+
+def _invalid_name(payload):
+    try:
+        name = decode(payload)[0]
+    except Exception:
+        name = "SyntaxError"
+    return _name_of(RemoteError(name, ""))
+
+
+def _judge_main(read):
+    """The trusted side: fds 0 (job), 3 (verdict lines to the caller), 4 (to the candidate), 5 (from it)."""
+    import builtins
+    import marshal
+    import posix
+
+    def report(line):
+        try:
+            posix.write(3, line + b"\n")
+        except OSError:
+            pass
+
+    job = marshal.loads(read(int(read(10))))
+    posix.close(0)
+    link = _Link(4, 5, job["value_cap"], builtins.__dict__)
+    try:
+        kind, payload = _recv(5, 4096)
+    except (EOFError, OSError, ValueError):
+        report(b"error CandidateGone")
+        return
+    if kind != b"H":
+        report(b"error CandidateGone")
+        return
+    if payload == b"unavailable":
+        report(b"error IsolationUnavailable")
+        return
+    report(b"iso " + payload.replace(b" ", b"_").replace(b"\n", b"_")[:100])
+    mode = job["mode"]
+    if mode == "stdio":
+        cases = job["stdio_cases"]
+        loaded = False
+        for index, (stdin_text, expected) in enumerate(cases):
+            try:
+                kind, payload = link.request(b"S", encode(stdin_text), timed=True)
+                if kind == b"I":
+                    report(b"invalid " + _invalid_name(payload))
+                    return
+                got = link.value(kind, payload)
+            except BaseException as error:
+                report(b"case %d fail " % index + _name_of(error))
+                continue
+            if not loaded:
+                loaded = True
+                report(b"loaded")
+            if type(got) is not str:
+                report(b"case %d fail NotPlainData" % index)
+                continue
+            same = [l.rstrip() for l in got.rstrip().splitlines()] == [l.rstrip() for l in expected.rstrip().splitlines()]
+            report(b"case %d ok" % index if same else b"case %d fail WrongAnswer" % index)
+        report(b"done %d %d" % (len(cases), link.elapsed))
+        return
+    try:
+        kind, payload = link.request(b"L")
+    except BaseException as error:
+        report(b"error " + _name_of(error))
+        return
+    if kind == b"I":
+        report(b"invalid " + _invalid_name(payload))
+        return
+    if kind != b"O":
+        try:
+            link.value(kind, payload)
+        except BaseException as error:
+            report(b"error " + _name_of(error))
+        return
+    report(b"loaded")
+    if mode == "none":
+        report(b"done 0 0")
+        return
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    entry = job["entry_point"]
+    try:
+        if job["context"] is not None:
+            exec(marshal.loads(job["context"]), namespace)
+        for name in job["declared"]:
+            namespace.pop(name, None)
+        exec(marshal.loads(job["tests"]), namespace)
+        cases_function = namespace["__mrgrpo_cases__"]
+    except BaseException as error:
+        report(b"error TestsInvalid_" + _name_of(error))
+        return
+    wanted = [n for n in job["names"] if n != entry and n not in namespace and n not in builtins.__dict__]
+    if entry:
+        wanted.append(entry)
+    try:
+        answers = link.value(*link.request(b"R", encode(tuple(wanted))))
+        if type(answers) is not tuple or len(answers) != len(wanted):
+            raise CandidateGone("malformed answer")
+    except BaseException as error:
+        report(b"error " + _name_of(error))
+        return
+    candidate = None
+    for name, answer in zip(wanted, answers):
+        kind_ = answer[0] if type(answer) is tuple and answer else "x"
+        if kind_ == "f":
+            value = _Remote(link, name)
+        elif kind_ == "v" and len(answer) == 2:
+            value = answer[1]
+        else:
+            if name == entry:
+                report(b"error NameError")
+                return
+            continue
+        if name == entry:
+            candidate = value
+        namespace[name] = value
+    try:
+        generator = cases_function(candidate)
+    except BaseException as error:
+        report(b"error " + _name_of(error))
+        return
+    index, expected_cases = 0, job["n_cases"]
+    while True:
+        try:
+            outcome = next(generator)
+        except StopIteration:
+            break
+        except BaseException as error:
+            report(b"error " + _name_of(error))
+            return
+        if index >= expected_cases:
+            report(b"error UnexpectedYield")
+            return
+        report(b"case %d ok" % index if outcome is None else b"case %d fail " % index + _name_of(outcome))
+        index += 1
+    report(b"done %d %d" % (index, link.elapsed))
+
+
+def _judge_server(control_fd, read):
+    """A judge that serves the runs of one caller thread, one at a time, each in a fresh namespace.
+
+    Forked from the launcher's pristine state, it never runs untrusted code, so it stays
+    pristine from one run to the next; each run arrives as four pipe ends over ``control_fd``
+    (job, report, to-candidate, from-candidate), is judged by :func:`_judge_main` on fds 0/3/4/5,
+    and ends with those fds closed (the caller sees the report's end, the candidate its
+    requests' end). It exits when the control socket closes; a run that timed out kills it.
+    """
+    import gc
+    import posix
+    import socket
+
+    control = socket.socket(fileno=control_fd)
+    null = posix.open("/dev/null", posix.O_RDWR)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 16, 8)
+        except OSError:
+            return
+        if not message:
+            return
+        if len(fds) == 4:
+            high = [posix.dup(fd) if fd in (0, 3, 4, 5) else fd for fd in fds]
+            for target, fd in zip((0, 3, 4, 5), high):
+                posix.dup2(fd, target)
+            for fd in set(high) | set(fds):
+                if fd not in (0, 3, 4, 5):
+                    posix.close(fd)
+            try:
+                _judge_main(read)
+            except BaseException:
+                pass
+            gc.collect()
+        else:
+            for fd in fds:
+                posix.close(fd)
+        for target in (0, 3, 4, 5):
+            posix.dup2(null, target)
+
+
