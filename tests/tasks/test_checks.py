@@ -68,6 +68,7 @@ def test_a_component_that_scores_no_sample_row_is_an_error(tmp_path):
     assert fine.sample_means == {"format": 0.0, "syntax": 1.0, "run": 0.0, "pass": 0.0}
 
 
+@pytest.mark.slow  # reads SmolLM2's tokenizer from its GGUF file twice
 def test_every_example_config_passes_the_checks(no_model):
     from mrgrpo.train.job import prepare_task
 
