@@ -97,6 +97,12 @@ class TrainConfig(_Strict):
         description="corr_grpo/sa_corr_grpo: smooth the batch-pooled correlation across steps with this "
         "EMA decay (the state is checkpointed and restored on --resume)",
     )
+    diagnostics_every: int = Field(
+        1,
+        ge=1,
+        description="run mrgrpo.diagnose (diagnostics.jsonl, mrgrpo/diag/* metrics) every N training steps; "
+        "the reward and advantage metrics are logged every step",
+    )
     max_steps: int = Field(40, gt=0)
     max_wall_seconds: float | None = Field(
         None, gt=0, description="stop (and save) before this many seconds since the job started"

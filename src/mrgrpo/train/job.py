@@ -338,6 +338,7 @@ def _run_train(
         estimator=config.estimator,
         estimator_options=config.estimator_options,
         correlation_ema=config.correlation_ema,
+        diagnostics_every=config.diagnostics_every,
         callbacks=[stop, log_cb, progress, rollout_log, *(extra_callbacks or [])],
     )
     log_cb.trainer = trainer
