@@ -1,0 +1,92 @@
+"""Print the extra tables of docs/results.md's learnable-testbed section from finished comparisons.
+
+    python docs/results/claim_tables.py runs/learnable-x1 runs/learnable-x100 [--seeds N]
+
+Reads each comparison's ``runs/*/seed*/result.json`` (``mrgrpo compare``), ``start.json``
+(:func:`mrgrpo.experiments.testbed.evaluate_start`) and the runs' ``diagnostics.jsonl``
+(:func:`mrgrpo.experiments.testbed.compare_diagnostics`); only seeds for which every estimator
+finished are used. Paired differences: per seed, estimator minus baseline; mean ± 95% t interval,
+the paired t-test's p and Holm's adjusted p over the table (the family).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from mrgrpo.experiments.compare import run_dir_of
+from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
+from mrgrpo.experiments.testbed import compare_diagnostics
+
+ESTIMATORS = ["grpo", "gdpo", "sa_mrpo", "corr_grpo", "corr_grpo(numerator=standardized)"]
+OBJECTIVES = ["correct", "format", "close", "low", "total"]
+
+
+def load(out: Path, estimators: list[str], max_seeds: int) -> tuple[dict, list[int]]:
+    results: dict = {}
+    for est in estimators:
+        for seed in range(max_seeds):
+            path = run_dir_of(out, est, seed) / "result.json"
+            if path.is_file():
+                results[(est, seed)] = json.loads(path.read_text())
+    seeds = [s for s in range(max_seeds) if all((e, s) in results for e in estimators)]
+    return results, seeds
+
+
+def cell(d: dict) -> str:
+    if not math.isfinite(d["mean"]):
+        return "—"
+    mark = (" ✓" if abs(d["mean"]) > d["ci"] else "") + ("‡" if d.get("p_holm", 1) < 0.05 else "")
+    return f"{d['mean']:+.3f} ± {d['ci']:.3f} ({d['positive']}/{d['negative']}), p {d['p']:.3f}, Holm {d['p_holm']:.3f}{mark}"
+
+
+def paired_table(results: dict, seeds: list[int], rows: list[str], baseline: str, view: str, start: dict | None = None) -> list[str]:
+    table = {}
+    for est in rows:
+        table[est] = {o: paired([results[(est, s)]["objectives"][view][o] for s in seeds],
+                                [(start[str(s)][o] if baseline == "start" else results[(baseline, s)]["objectives"][view][o]) for s in seeds])
+                      for o in OBJECTIVES}
+    m = holm_family(table)
+    lines = [f"| vs {baseline} ({len(seeds)} seeds, Holm over {m}) | " + " | ".join(OBJECTIVES) + " |", "|---" * 6 + "|"]
+    lines += [f"| {est} | " + " | ".join(cell(table[est][o]) for o in OBJECTIVES) + " |" for est in rows]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("outs", nargs="+", type=Path)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--estimators", default=",".join(ESTIMATORS))
+    args = parser.parse_args()
+    estimators = args.estimators.split(";") if ";" in args.estimators else [e for e in ESTIMATORS if e in args.estimators.split(",") or e == args.estimators]
+    for out in args.outs:
+        results, seeds = load(out, estimators, args.seeds)
+        print(f"\n### {out} — complete seeds {seeds}\n")
+        if not seeds:
+            continue
+        start = json.loads((out / "start.json").read_text())["objectives"] if (out / "start.json").is_file() else None
+        print("| estimator (eval) | " + " | ".join(OBJECTIVES) + " |\n" + "|---" * 6 + "|")
+        if start:
+            print("| warm start (before RL) | " + " | ".join(fmt_ci(*mean_ci([start[str(s)][o] for s in seeds])[:2]) for o in OBJECTIVES) + " |")
+        for est in estimators:
+            print(f"| {est} | " + " | ".join(fmt_ci(*mean_ci([results[(est, s)]['objectives']['eval'][o] for s in seeds])[:2]) for o in OBJECTIVES) + " |")
+        if start:
+            print("\nRL gain over the warm start (eval − start, paired by seed):\n")
+            print("\n".join(paired_table(results, seeds, estimators, "start", "eval", start)))
+        for view in ("eval", "curve"):
+            print(f"\nPaired vs grpo ({view}):\n")
+            print("\n".join(paired_table(results, seeds, estimators[1:], "grpo", view)))
+        if "corr_grpo" in estimators and "corr_grpo(numerator=standardized)" in estimators:
+            print("\nStandardized numerator vs plain corr_grpo (eval):\n")
+            print("\n".join(paired_table(results, seeds, ["corr_grpo(numerator=standardized)"], "corr_grpo", "eval")))
+        diag = compare_diagnostics(out, estimators, seeds)
+        print("\n| estimator | distinct advantages / reward profiles per group | format saturation first→last 5 steps | correct saturation first→last | share of Var(total): low |\n|---|---|---|---|---|")
+        for est, d in diag.items():
+            print(f"| {est} | {d['distinct_advantages']:.2f} / {d['distinct_profiles']:.2f} | {d['saturation_first']['format']:.2f} → {d['saturation_last']['format']:.2f} "
+                  f"| {d['saturation_first']['correct']:.2f} → {d['saturation_last']['correct']:.2f} | {d['variance_share']['low']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
