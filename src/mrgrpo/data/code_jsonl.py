@@ -27,29 +27,31 @@ FIELDS = ("prompt", "test", "test_format", "entry_point", "reference", "code_pre
 INSTRUCTION = "{prompt}\n\nReply with the complete Python solution in a single ```python code block."
 
 
-def _stdio_cases(test: Any, line: int) -> list[dict[str, Any]]:
+def _stdio_cases(test: Any, line: str) -> list[dict[str, Any]]:
     cases = json.loads(test) if isinstance(test, str) else test
     if isinstance(cases, Mapping) and {"inputs", "outputs"} <= set(cases):
         cases = [{"input": i, "output": o} for i, o in zip(cases["inputs"], cases["outputs"])]
     if not isinstance(cases, list) or not all(isinstance(c, Mapping) and {"input", "output"} <= set(c) for c in cases):
-        raise ValueError(f"row {line}: stdio tests must be a list of {{'input', 'output'}}")
+        raise ValueError(f"{line}: stdio tests must be a list of {{'input', 'output'}}")
     return [dict(c) for c in cases]
 
 
-def _row(item: Mapping[str, Any], line: int, test_format: str | None = None, instruction: str | None = None) -> dict[str, Any]:
+def _row(item: Mapping[str, Any], line: int, test_format: str | None = None, instruction: str | None = None,
+         unit: str = "line") -> dict[str, Any]:
+    where = f"{unit} {line}"
     missing = [k for k in ("prompt", "test") if item.get(k) in (None, "", [])]
     if missing:
-        raise ValueError(f"row {line}: missing {missing}")
+        raise ValueError(f"{where}: missing {missing}")
     fmt = item.get("test_format") or test_format or "assert"
     if fmt not in FORMATS:
-        raise ValueError(f"row {line}: test_format {fmt!r} is not one of {FORMATS}")
+        raise ValueError(f"{where}: test_format {fmt!r} is not one of {FORMATS}")
     test = item["test"]
     if fmt == "stdio":
-        test = json.dumps(_stdio_cases(test, line))
+        test = json.dumps(_stdio_cases(test, where))
     elif isinstance(test, list):
         test = "\n".join(test)
     if fmt == "humaneval" and not item.get("entry_point"):
-        raise ValueError(f"row {line}: humaneval-style tests need an entry_point")
+        raise ValueError(f"{where}: humaneval-style tests need an entry_point")
     prompt = item["prompt"]
     if isinstance(prompt, str) and instruction:
         prompt = [{"role": "user", "content": instruction.format(prompt=prompt)}]
@@ -79,7 +81,7 @@ def code_records(
     rows = []
     for number, item in enumerate(items, 1):
         mapped = {field: item.get(columns.get(field, field)) for field in FIELDS}
-        rows.append(_row(mapped, number, test_format, instruction))
+        rows.append(_row(mapped, number, test_format, instruction, unit="row"))
     return rows
 
 

@@ -16,7 +16,8 @@ from mrgrpo.errors import ConfigError
 from mrgrpo.tasks.base import Task, TaskSpec
 
 _TASKS: dict[str, Task] = {}
-_BUILTIN = ("math", "code", "tool_call", "agentdojo", "asb")
+_BUILTIN = ("math", "code", "tool_call", "agentdojo", "asb")  # modules
+_ORDER = ("math", "qa", "humaneval", "code", "bfcl", "agentdojo", "asb")  # how tasks are listed
 
 
 def register_task(task: Task) -> Task:
@@ -35,8 +36,10 @@ def _import_builtins() -> None:
 
 
 def available_tasks() -> list[str]:
+    """The built-in tasks (in :data:`_ORDER`), then the ones users registered, in registration order."""
     _import_builtins()
-    return list(_TASKS)
+    builtin = [n for n in _ORDER if n in _TASKS]
+    return builtin + [n for n in _TASKS if n not in builtin]
 
 
 def get_task(name: str) -> Task:
