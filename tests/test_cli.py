@@ -4,6 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
+import mrgrpo
 from mrgrpo.cli import app
 
 runner = CliRunner()
@@ -175,3 +176,23 @@ def test_analyze_reads_rollouts_by_the_same_rules(tmp_path):
     )
     message = one_error_line(runner.invoke(app, ["analyze", str(src), "--out", str(tmp_path / "a")]))
     assert "rollouts.jsonl:3: component 'f' is missing" in message
+
+
+def test_diagnose_runs_the_estimators_with_the_options_given(tmp_path, monkeypatch):
+    # The collapse figure must describe the estimator as trained, not its defaults.
+    src = write_rows(tmp_path / "b.jsonl", *[
+        {"group_id": g, "correct": c, "format": f}
+        for g, c, f in [("a", 1, 1.0), ("a", 0, 0.9), ("a", 1, 0.2), ("b", 0, 1.0), ("b", 1, 0.0), ("b", 1, 1.0)]
+    ])
+    calls = []
+    real = mrgrpo.diagnose
+    monkeypatch.setattr(mrgrpo, "diagnose", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    result = runner.invoke(app, ["diagnose", str(src), "-e", "corr_grpo,grpo", "-o", "shrinkage=0.5", "--json"])
+    assert result.exit_code == 0, result.output
+    assert calls[-1]["estimators"] == ["corr_grpo", "grpo"]
+    assert calls[-1]["estimator_options"] == {"corr_grpo": {"shrinkage": 0.5}, "grpo": {}}
+    assert set(json.loads(result.stdout)["advantage_collapse"]["distinct_advantages"]) == {"corr_grpo", "grpo"}
+    runner.invoke(app, ["diagnose", str(src), "--json"])
+    assert calls[-1]["estimators"] is None  # default: every estimator that needs no options
+    assert "belong to none" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "-o", "gamma=1"]))
+    assert "--ranges" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "sa_mrpo"]))

@@ -300,13 +300,39 @@ def diagnose(
     group_field: str = typer.Option("group_id", help="field holding the group id"),
     components: Optional[str] = typer.Option(None, help=_COMPONENTS_HELP),
     allow_missing: bool = typer.Option(False, "--allow-missing", help=_ALLOW_MISSING_HELP),
+    estimator: str = typer.Option(
+        "all", "--estimator", "-e",
+        help="estimator(s) whose advantage collapse is reported, comma-separated, or 'all'",
+    ),
+    option: list[str] = typer.Option(
+        [], "--option", "-o",
+        help="option key=value the estimators are run with, as in training, e.g. shrinkage=auto (repeatable)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the raw JSON instead of tables"),
 ) -> None:
     """Diagnostics of a reward batch: correlations, variance shares, scales, saturation, collapse."""
     batch = _read_batch(file, group_field, components, allow_missing)
     w, reward_ranges = _parse_floats(weights, "--weights"), _parse_ranges(ranges)
+    options = _parse_options(option)
+    chosen = None if estimator.strip() == "all" and not options else _estimator_names(estimator)
+    per_estimator = None
+    if chosen is not None:
+        if estimator.strip() == "all" and reward_ranges is None:
+            chosen = [n for n in chosen if "reward_ranges" not in mrgrpo.get_estimator(n).options]
+        per_estimator = {
+            n: {k: v for k, v in options.items() if k in mrgrpo.get_estimator(n).options} for n in chosen
+        }
+        unused = set(options) - {k for n in chosen for k in mrgrpo.get_estimator(n).options}
+        if unused:
+            _fail(f"option(s) {sorted(unused)} belong to none of the estimators {chosen}")
+        needs_ranges = [n for n in chosen if "reward_ranges" in mrgrpo.get_estimator(n).options]
+        if needs_ranges and reward_ranges is None:
+            _fail(f"{', '.join(needs_ranges)} need(s) --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
     try:
-        report = mrgrpo.diagnose(batch.rewards, batch.group_ids, w, reward_ranges, batch.names)
+        report = mrgrpo.diagnose(
+            batch.rewards, batch.group_ids, w, reward_ranges, batch.names,
+            estimators=chosen, estimator_options=per_estimator,
+        )
     except ValueError as error:
         if isinstance(error, UserError):
             raise
