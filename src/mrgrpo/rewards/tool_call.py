@@ -16,7 +16,8 @@ BFCL semantics of one call (``call_valid``; mirrors ``bfcl_eval``'s ``simple_fun
 for Python): every schema-required parameter present; no parameter outside the schema and
 the answer; every given value acceptable (type-checked; ints accepted for floats; strings
 compared case-insensitively ignoring spaces and ``,./-_*^``; dicts and lists of dicts
-key by key); every answer parameter without ``""`` present. One deliberate leniency: ints are
+key by key, one level deep: a value listed under a key, a dict included, compares as written);
+every answer parameter without ``""`` present. One deliberate leniency: ints are
 also accepted inside float arrays (JSON writers may drop ``.0``).
 
 Components, for predicted calls P and expected calls G (all in ``[0, 1]``):
@@ -302,12 +303,17 @@ def reference_calls(
 ) -> list[Call]:
     """The first acceptable answer of each expected call, as concrete calls.
 
-    Per parameter the first listed value, ``""`` meaning "omit"; dict values (and lists of
-    dicts) are built from the first value of each of their keys the same way. Unless
-    ``literal``, two data quirks are stepped around: a schema-required parameter takes its first
-    non-empty value, and a parameter missing from the schema but allowed to be omitted is omitted
-    (BFCL's own checker rejects both literal choices: BFCL_v4 simple_python_200 and
-    parallel_multiple_26).
+    Per parameter the first listed value, ``""`` meaning "omit". A ``dict`` parameter's value
+    (and each dict of an array of ``dict`` items) is built from the first value of each of its
+    keys the same way, one level deep as BFCL checks it: a value listed under a key is used as
+    written, a dict there included (BFCL_v4 live_multiple_121-46-0). Unless
+    ``literal``, data quirks are stepped around to the first answer BFCL's own checker accepts:
+    a schema-required parameter takes its first non-empty value (BFCL_v4 simple_python_200,
+    live_multiple_144-56-0, live_multiple_834-178-9), or the empty string where ``""`` is all it
+    lists (live_multiple_507-149-4); a parameter missing from the schema but allowed to be
+    omitted is omitted (parallel_multiple_26). Items no answer satisfies under BFCL's checker
+    (a required parameter with no acceptable value, or an answer parameter the schema lacks
+    and that may not be omitted) get the literal first values; no call scores ``all_exact`` there.
     """
     schemas = {f["name"]: f for f in functions}
     calls = []
@@ -321,19 +327,30 @@ def reference_calls(
             choices = list(options)
             if not literal and key in required:
                 choices = [o for o in options if o != ""]
+                if not choices and options:  # only "" listed: the empty string, never omitted
+                    args[key] = ""
+                    continue
             if not literal and key not in props and "" in options:
                 choices = [""]
             if choices and choices[0] != "":
-                args[key] = _concrete(choices[0])
+                args[key] = _concrete(choices[0], props.get(key) or {})
         calls.append((name, args))
     return calls
 
 
-def _concrete(option: Any) -> Any:
-    if isinstance(option, dict):  # a dict parameter: key -> acceptable values
-        return {k: _concrete(v[0]) for k, v in option.items() if v and v[0] != ""}
-    if isinstance(option, list) and option and all(isinstance(o, dict) for o in option):
-        return [_concrete(o) for o in option]
+def _first_values(option: Mapping[str, Sequence[Any]]) -> dict:
+    # A dict option maps each key to its acceptable values; the first one is taken as written.
+    return {k: v[0] for k, v in option.items() if v and v[0] != ""}
+
+
+def _concrete(option: Any, prop: Mapping[str, Any]) -> Any:
+    """One acceptable value of a parameter with schema ``prop`` (dicts per BFCL's dict checkers)."""
+    expected = _TYPES.get(prop.get("type", "any"))
+    inner = _TYPES.get((prop.get("items") or {}).get("type")) if expected is list else None
+    if expected is dict and isinstance(option, dict):
+        return _first_values(option)
+    if inner is dict and isinstance(option, list) and all(isinstance(o, dict) for o in option):
+        return [_first_values(o) for o in option]
     return option
 
 
