@@ -263,6 +263,15 @@ def perturb(calls, functions, kind):
             return None
         key = simple[0]
         args[key] = args[key] + 7919 if type(args[key]) in (int, float) else args[key] + " zzqx"
+    elif kind == "wrong_nested_value":  # inside a dict parameter, or a dict of an array of them
+        nested = [d for v in args.values() for d in (v if isinstance(v, list) else [v]) if isinstance(d, dict)]
+        inner = [(d, k) for d in nested for k, v in d.items() if type(v) in (int, float, str)]
+        if not inner:
+            return None
+        d, key = inner[0]
+        d[key] = d[key] + 7919 if type(d[key]) in (int, float) else d[key] + " zzqx"
+    elif kind == "unknown_parameter":
+        args["zzqx_unknown"] = 1
     return calls
 
 
@@ -304,13 +313,16 @@ def bfcl_checker():
     )["valid"]
 
 
+KINDS = ("wrong_function", "missing_required", "wrong_value", "wrong_nested_value", "unknown_parameter")
+
+
 def test_all_exact_agrees_with_bfcls_own_checker_on_references_and_perturbations(bfcl):
     check = bfcl_checker()
     disagreements, checked = [], Counter()
     for g, f, category, item in zip(bfcl["ground_truth"], bfcl["functions"], bfcl["category"], bfcl["id"]):
         answer, functions = json.loads(g), json.loads(f)
         reference = reference_calls(answer, functions)
-        variants = [reference] + [perturb(reference, functions, k) for k in ("wrong_function", "missing_required", "wrong_value")]
+        variants = [reference] + [perturb(reference, functions, k) for k in KINDS]
         for calls in filter(None, variants):
             ours = call_scores(calls, answer, functions)["all_exact"] == 1.0
             if ours != check(functions, calls, answer, category):
@@ -318,3 +330,4 @@ def test_all_exact_agrees_with_bfcls_own_checker_on_references_and_perturbations
             checked[category] += 1
     assert disagreements == []
     assert set(checked) == set(COUNTS)  # every category, live_* included
+    assert sum(checked.values()) > 4 * len(bfcl)
