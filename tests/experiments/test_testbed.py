@@ -85,3 +85,22 @@ def test_scaled_suite_rescales_values_and_range():
         testbed.scaled_suite(base="testbed", scales={"speed": 2})
     with pytest.raises(ValueError, match="unknown reward suite"):
         testbed.scaled_suite(base="nope", scales={})
+
+
+def test_run_diagnostics_summarizes_the_logged_steps(tmp_path):
+    import json
+
+    def step(i, sat, distinct):
+        return {"step": i, "names": ["correct", "format"],
+                "components": {"correct": {"saturation": sat}, "format": {"saturation": 1 - sat}},
+                "variance_share": {"correct": 0.25, "format": 0.75},
+                "advantage_collapse": {"distinct_reward_profiles": 4.0, "distinct_advantages": {"grpo": distinct}}}
+
+    run = tmp_path / "runs" / "grpo" / "seed0"
+    run.mkdir(parents=True)
+    (run / "diagnostics.jsonl").write_text("\n".join(json.dumps(step(i, i / 10, 2.0 + i % 2)) for i in range(10)))
+    d = testbed.run_diagnostics(run, window=2)
+    assert d["steps"] == 10 and d["distinct_profiles"] == 4.0 and d["distinct_advantages"] == 2.5
+    assert d["saturation_first"]["correct"] == pytest.approx(0.05)  # steps 0, 1
+    assert d["saturation_last"]["format"] == pytest.approx(1 - 0.85)  # steps 8, 9
+    assert testbed.compare_diagnostics(tmp_path, ["grpo"], [0], window=2)["grpo"]["variance_share"]["format"] == 0.75

@@ -305,3 +305,57 @@ def scaled_suite(base: str, scales: Mapping[str, float], tokenizer: Any = None, 
         lo, hi = component.range
         components.append(RewardComponent(component.name, (factor * lo, factor * hi), fn))
     return RewardSuite(f"scaled({base})", tuple(components), tuple(inner.weights))
+
+
+# --------------------------------------------------------------------------------------------
+# Training-time diagnostics of a comparison, per estimator (the claim table's explanations)
+
+
+def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
+    """Summary of one run's ``diagnostics.jsonl`` (written by ``mrgrpo train`` every step):
+
+    * ``distinct_advantages`` / ``distinct_profiles``: mean over steps of the distinct advantage
+      values per group of the run's own estimator, and of the distinct reward rows per group
+      (fewer advantages than profiles: reward combinations the estimator cannot tell apart);
+    * ``saturation_first`` / ``saturation_last``: each component's batch saturation
+      ``(mean − lo)/(hi − lo)`` averaged over the first and the last ``window`` steps;
+    * ``variance_share``: each component's share of Var(weighted total), mean over steps.
+    """
+    lines = [json.loads(x) for x in (Path(run_dir) / "diagnostics.jsonl").read_text().splitlines() if x.strip()]
+    if not lines:
+        raise ValueError(f"{run_dir}: diagnostics.jsonl is empty")
+    names = lines[0]["names"]
+
+    def mean(values: list[Any]) -> float | None:
+        kept = [float(v) for v in values if v is not None]
+        return sum(kept) / len(kept) if kept else None
+
+    collapse = [line.get("advantage_collapse") or {} for line in lines]
+    return {
+        "steps": len(lines),
+        "distinct_advantages": mean([next(iter(c.get("distinct_advantages", {}).values()), None) for c in collapse]),
+        "distinct_profiles": mean([c.get("distinct_reward_profiles") for c in collapse]),
+        "saturation_first": {n: mean([line["components"][n]["saturation"] for line in lines[:window]]) for n in names},
+        "saturation_last": {n: mean([line["components"][n]["saturation"] for line in lines[-window:]]) for n in names},
+        "variance_share": {n: mean([(line.get("variance_share") or {}).get(n) for line in lines]) for n in names},
+    }
+
+
+def compare_diagnostics(out: str | Path, estimators: list[str], seeds: list[int], window: int = 5) -> dict[str, Any]:
+    """:func:`run_diagnostics` of every run of ``mrgrpo compare --out OUT``, averaged over ``seeds``
+    per estimator (same keys; nested dicts averaged per component)."""
+    from mrgrpo.experiments.compare import run_dir_of
+
+    out = Path(out)
+    result: dict[str, Any] = {}
+    for estimator in estimators:
+        runs = [run_diagnostics(run_dir_of(out, estimator, seed), window) for seed in seeds]
+
+        def avg(values: list[Any]) -> Any:
+            if isinstance(values[0], dict):
+                return {k: avg([v[k] for v in values]) for k in values[0]}
+            kept = [v for v in values if v is not None]
+            return sum(kept) / len(kept) if kept else None
+
+        result[estimator] = {key: avg([r[key] for r in runs]) for key in runs[0]}
+    return result
