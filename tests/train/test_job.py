@@ -152,6 +152,25 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_cleanly(tmp_path, sigint_default):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # what it was before the run
 
 
+class SigtermAt(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_saves_a_checkpoint_and_stops_like_ctrl_c(tmp_path):
+    """A scheduler's preemption (SIGTERM) loses no work: checkpoint after the step, report, handler restored."""
+    inherited = signal.getsignal(signal.SIGTERM)
+    config = validate_config(tiny_config(max_steps=10, save_steps=5))
+    result = run_train(config, out=tmp_path / "run", extra_callbacks=[SigtermAt(1)], quiet=True)
+    assert result.steps == 2 and result.interrupted and "SIGTERM" in result.stop_reason
+    assert (result.run_dir / "checkpoint-2").is_dir() and (result.run_dir / "report.md").is_file()
+    assert signal.getsignal(signal.SIGTERM) is inherited
+
+
 def test_an_ignored_sigint_stays_ignored(tmp_path):
     """A background job of a non-interactive shell inherits SIGINT as SIG_IGN: the run keeps ignoring it
     (Ctrl-C at the terminal is not meant for it), finishes, and leaves the disposition as it found it."""

@@ -91,7 +91,7 @@ class RunLogCallback(TrainerCallback):
 
 
 class StopCallback(TrainerCallback):
-    """Checkpoint and stop on Ctrl-C or before ``max_wall_seconds``; checkpoint the last step.
+    """Checkpoint and stop on Ctrl-C or SIGTERM or before ``max_wall_seconds``; checkpoint the last step.
 
     The wall clock counts from ``job_started`` (``time.monotonic()``); training stops when the
     next step (estimated as 1.2 x the mean step so far) plus ``reserve_s`` (final save and
@@ -108,22 +108,35 @@ class StopCallback(TrainerCallback):
         self._step_times: list[float] = []
         self._previous_handler: Any = None
 
-    # Ctrl-C: the first asks for a checkpoint and a clean stop after the current step; a second
-    # one interrupts immediately (the last checkpoint stays valid).
-    def install(self) -> None:
-        self._previous_handler = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, self._on_sigint)
+    # Ctrl-C (SIGINT) and SIGTERM (a scheduler's preemption, `kill`): the first asks for a
+    # checkpoint and a clean stop after the current step; a second one interrupts immediately
+    # (KeyboardInterrupt / SystemExit(143): the last checkpoint stays valid, children are reaped).
+    _MESSAGES = {
+        signal.SIGINT: "Ctrl-C: saving a checkpoint after this step, then stopping (Ctrl-C again to abort now)",
+        signal.SIGTERM: "SIGTERM: saving a checkpoint after this step, then stopping (SIGTERM again to abort now)",
+    }
+    _REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "interrupted (SIGTERM)"}
+
+    def install(self, signals: tuple[int, ...] = (signal.SIGINT,)) -> None:
+        """Handle ``signals`` (main thread only); :meth:`uninstall` puts the previous handlers back."""
+        self._previous_handler = self._previous_handler or {}
+        for signum in signals:
+            self._previous_handler[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._on_signal)
 
     def uninstall(self) -> None:
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
+        for signum, previous in (self._previous_handler or {}).items():
+            signal.signal(signum, previous)
+        self._previous_handler = None
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Any) -> None:
         if self.interrupted:
+            if signum == signal.SIGTERM:
+                raise SystemExit(128 + signal.SIGTERM)
             raise KeyboardInterrupt
         self.interrupted = True
-        print("\nCtrl-C: saving a checkpoint after this step, then stopping (Ctrl-C again to abort now)", flush=True)
+        self.reason = self._REASONS.get(signum, f"interrupted (signal {signum})")
+        print("\n" + self._MESSAGES.get(signum, self.reason), flush=True)
 
     def request_stop(self, reason: str) -> None:
         """Stop after the current step (used by Ctrl-C and by tests)."""
@@ -140,7 +153,7 @@ class StopCallback(TrainerCallback):
             control.should_save = True
             return control
         if self.interrupted:
-            self.reason = self.reason or "interrupted (Ctrl-C)"
+            self.reason = self.reason or self._REASONS[signal.SIGINT]
         elif self.max_wall_seconds is not None and self._step_times:
             elapsed = time.monotonic() - self.job_started
             mean_step = sum(self._step_times) / len(self._step_times)

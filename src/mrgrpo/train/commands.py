@@ -55,7 +55,7 @@ def train_command(
     The embedded demo: SmolLM2-135M-Instruct on reasoning-gym chain_sum, math suite
     (correctness, format, length), corr_grpo, CPU, under 10 minutes on 2 cores.
 
-    Ctrl-C saves a checkpoint after the current step and exits with status 130; resume with
+    Ctrl-C saves a checkpoint after the current step and exits with status 130 (SIGTERM: 143); resume with
     --resume RUN_DIR.
     """
     started = time.monotonic()
@@ -84,7 +84,7 @@ def train_command(
         typer.echo(f"error: {_one_line(error)}", err=True)
         raise typer.Exit(2) from None
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(143 if "SIGTERM" in result.stop_reason else 130)
 
 
 def eval_command(

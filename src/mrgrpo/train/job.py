@@ -23,7 +23,7 @@ change (estimator, its options, model, rewards, trainer settings, ...) is refuse
 with; every resume, and what it changed, is appended to ``resumes.jsonl``.
 
 Ctrl-C stops after the current step with a checkpoint (``RunResult.interrupted``; the command
-exits with status 130). A process that inherited SIGINT as ignored (a background job of a
+exits with status 130); SIGTERM does the same and the command exits with 143. A process that inherited SIGINT as ignored (a background job of a
 non-interactive shell, ``nohup``) keeps ignoring it, and the SIGINT disposition is restored on
 every way out.
 """
@@ -369,28 +369,33 @@ def _run_train(
 
 
 class _SigintStops:
-    """Within the block, the first Ctrl-C asks ``stop`` for a checkpoint and a clean stop.
+    """Within the block, the first Ctrl-C or SIGTERM asks ``stop`` for a checkpoint and a clean stop.
 
-    SIGINT inherited as ignored (background job, ``nohup``) stays ignored: the parent asked for
-    it, and Ctrl-C at a terminal is not meant for this process. Off the main thread signals
-    cannot be set, so nothing is installed. The previous disposition is restored on every exit.
+    A signal inherited as ignored (SIGINT in a background job, ``nohup``) stays ignored: the
+    parent asked for it, and Ctrl-C at a terminal is not meant for this process. Off the main
+    thread signals cannot be set, so nothing is installed. The previous dispositions are restored
+    on every exit.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, stop: Any) -> None:
         self.stop = stop
-        self.previous: Any = None
+        self.previous: dict[int, Any] = {}
         self.installed = False
 
     def __enter__(self) -> _SigintStops:
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.getsignal(signal.SIGINT)
-            if self.previous is not signal.SIG_IGN:
-                self.stop.install()
+            self.previous = {s: signal.getsignal(s) for s in self.SIGNALS}
+            handled = tuple(s for s in self.SIGNALS if self.previous[s] is not signal.SIG_IGN)
+            if handled:
+                self.stop.install(handled)
                 self.installed = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.installed:
             self.stop.uninstall()
-            if self.previous is not None and signal.getsignal(signal.SIGINT) is not self.previous:
-                signal.signal(signal.SIGINT, self.previous)
+            for signum, previous in self.previous.items():
+                if previous is not None and signal.getsignal(signum) is not previous:
+                    signal.signal(signum, previous)
