@@ -205,13 +205,11 @@ def warm_start(
 def reloadable_tokenizer(scratch: str | Path) -> Any:
     """The tiny preset's tokenizer *as a saved checkpoint of it reloads*.
 
-    A tiny checkpoint's directory holds a Qwen2 ``config.json``, so loading it back
-    (:func:`mrgrpo.train.presets.load_tokenizer`) yields a ``Qwen2Tokenizer`` built from the
-    saved vocabulary with Qwen2's own pre-tokenizer, which splits digits one by one: the ids
-    of ``" 10"`` differ from those of the in-code tokenizer. A warm start fitted with the
-    in-code tokenizer would be read back by RL and evaluation with other ids (the arithmetic
-    it learned is lost). Fitting it with the reloaded tokenizer keeps warm start, RL and
-    evaluation on the same ids.
+    RL and evaluation read the warm start back through
+    :func:`mrgrpo.train.presets.load_tokenizer`; fitting the warm start with the tokenizer that
+    this reload yields keeps warm start, RL and evaluation on the same ids whatever the loader
+    does (a checkpoint with a Qwen2 ``config.json`` once came back as Qwen2's digit-splitting
+    tokenizer; the loader now returns the saved tokenizer itself, which this follows).
     """
     import shutil
 

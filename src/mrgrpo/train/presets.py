@@ -18,6 +18,7 @@ exist (and is not shaped like a hub id) is an error that lists the presets.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,12 @@ def load_tokenizer(name_or_path: str) -> Any:
         _fix_chatml_tokens(tokenizer, None)
         return tokenizer
     check_model_name(name_or_path)
+    if _generic_fast_tokenizer(name_or_path):
+        # A tokenizer trained in code (the tiny preset's checkpoints) is saved as a generic fast
+        # tokenizer: its tokenizer.json is the whole definition. AutoTokenizer would go by the
+        # model's config.json (qwen2) and rebuild Qwen2's digit-splitting pre-tokenizer, so the
+        # ids would differ from the ones the checkpoint was trained with.
+        return PreTrainedTokenizerFast.from_pretrained(name_or_path)
     try:
         return AutoTokenizer.from_pretrained(name_or_path)
     except (ValueError, OSError, KeyError):
@@ -111,6 +118,23 @@ def load_tokenizer(name_or_path: str) -> Any:
             return PreTrainedTokenizerFast.from_pretrained(name_or_path)
         except (ValueError, OSError, KeyError, TypeError) as error:
             raise ConfigError(f"model {name_or_path!r}: no tokenizer could be loaded ({_first_line(error)})") from None
+
+
+GENERIC_TOKENIZER_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+
+
+def _generic_fast_tokenizer(name_or_path: str) -> bool:
+    """Whether a local directory holds a generic fast tokenizer (``tokenizer_class`` of
+    :data:`GENERIC_TOKENIZER_CLASSES` beside a ``tokenizer.json``)."""
+    directory = Path(name_or_path).expanduser()
+    config = directory / "tokenizer_config.json"
+    if not (config.is_file() and (directory / "tokenizer.json").is_file()):
+        return False
+    try:
+        declared = json.loads(config.read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return declared in GENERIC_TOKENIZER_CLASSES
 
 
 def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) -> LoadedModel:
