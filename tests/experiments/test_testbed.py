@@ -62,9 +62,8 @@ def test_warm_start_reloads_with_the_ids_it_was_fitted_with(tmp_path):
     text = "<|im_start|>assistant\n7 + 3 = 10. <answer>10</answer><|im_end|>"
     fitted = testbed.reloadable_tokenizer(tmp_path / "scratch")
     assert load_tokenizer(str(out))(text)["input_ids"] == fitted(text)["input_ids"]
-    # why the warm start does not fit with the in-code tokenizer: a saved tiny checkpoint
-    # reloads as a Qwen2 tokenizer that splits digits, so its ids differ
-    assert build_tokenizer()(text)["input_ids"] != fitted(text)["input_ids"]
+    # a saved tiny checkpoint reloads with its own (in-code) tokenizer, not Qwen2's digit splitter
+    assert build_tokenizer()(text)["input_ids"] == fitted(text)["input_ids"]
     assert not (tmp_path / "warm.tmp").exists()
 
 
