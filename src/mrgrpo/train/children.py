@@ -102,6 +102,13 @@ def reap(since: dict[int, float], grace: float = 3.0) -> list[int]:
     for pid in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    # SIGKILL is delivered asynchronously: wait (briefly) until the killed ones have exited and
+    # closed their files, so nothing of the job still holds its stdout when this returns.
+    killed, deadline = list(alive), time.monotonic() + 5.0
+    while killed and time.monotonic() < deadline:
+        killed = [pid for pid in killed if _alive(pid)]
+        if killed:
+            time.sleep(0.01)
     if new:
         log.debug("reaped %d child processes (%d killed)", len(new), len(alive))
     return new
