@@ -32,7 +32,16 @@ def _start_child() -> multiprocessing.Process:
     return child
 
 
-def test_children_started_in_the_job_are_reaped_on_normal_end_and_on_error():
+@pytest.fixture
+def sigterm_default():
+    """Forked children inherit the parent's SIGTERM handler (Ray's driver installs one): start
+    them with the default disposition, as a job process has, and restore the handler after."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_children_started_in_the_job_are_reaped_on_normal_end_and_on_error(sigterm_default):
     before = _start_child()  # a child from before the job: left alone
     try:
         with reaped_children(grace=1.0):
@@ -94,3 +103,13 @@ def test_a_signalled_run_leaves_no_process_holding_its_output(sig, tmp_path):
         raise AssertionError("a process of the run still holds its stdout/stderr")
     alive = [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(sigterm_default):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the fork
+    with reaped_children(grace=0.5):
+        stubborn = _start_child()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert _gone(stubborn.pid)
+    stubborn.join(5)
+    assert stubborn.exitcode == -signal.SIGKILL
