@@ -63,13 +63,14 @@ def test_bad_settings_fail_before_ray_starts(override, message):
 
 
 @pytest.mark.slow  # a fresh interpreter importing verl: ~30 s
-def test_the_entry_point_runs_verls_main_and_fails_fast_on_a_typo():
-    """The real command line: Hydra composes verl's config, prepare() refuses before ray.init."""
+def test_the_entry_point_runs_verls_main_and_fails_fast_on_a_typo(tmp_path):
+    """The real command line: Hydra composes verl's config, prepare() refuses before ray.init.
+    (It runs in tmp_path: Hydra writes its outputs/ directory into the working directory.)"""
     env = {k: v for k, v in os.environ.items() if k != launch.ENV}
     result = subprocess.run(
         [sys.executable, "-m", "mrgrpo.integrations.verl", "algorithm.adv_estimator=mrgrpo_gdpo",
          "+algorithm.mrgrpo.components=[a,a]"],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )
     assert result.returncode != 0
     assert "algorithm.mrgrpo.components has duplicates: ['a', 'a']" in result.stderr + result.stdout
