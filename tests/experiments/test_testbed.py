@@ -50,7 +50,17 @@ def _learnable_config():
 def test_learnable_config_declares_the_guessing_warm_start():
     config, experiment = _learnable_config()
     assert experiment.warm_start.answer_noise == 0.5 and experiment.warm_start.include_eval
+    assert experiment.warm_start.steps == 2000  # 1000 left the worked sums right ~37% of the time
     assert config.rewards.suite == "testbed"
+
+
+def test_learnable_configs_differ_only_in_the_scale_of_low():
+    from mrgrpo.experiments.compare import load_compare_config
+
+    (x1, e1), (x100, e100) = (load_compare_config(f"configs/testbed/learnable_scale{s}.yaml") for s in (1, 100))
+    assert x1["rewards"]["options"]["scales"] == {"low": 1} and x100["rewards"]["options"]["scales"] == {"low": 100}
+    x100["rewards"]["options"]["scales"] = {"low": 1}
+    assert x1 == x100 and e1 == e100
 
 
 def test_warm_start_reloads_with_the_ids_it_was_fitted_with(tmp_path):
