@@ -113,3 +113,15 @@ def test_run_diagnostics_summarizes_the_logged_steps(tmp_path):
     assert d["saturation_first"]["correct"] == pytest.approx(0.05)  # steps 0, 1
     assert d["saturation_last"]["format"] == pytest.approx(1 - 0.85)  # steps 8, 9
     assert testbed.compare_diagnostics(tmp_path, ["grpo"], [0], window=2)["grpo"]["variance_share"]["format"] == 0.75
+
+
+@pytest.mark.parametrize("name, scaled", [("smollm2_length10", "length"), ("smollm2_format10", "format")])
+def test_smollm2_configs_raise_one_component_of_the_demo_suite(name, scaled):
+    from mrgrpo.experiments.compare import load_compare_config
+
+    train, _ = load_compare_config(f"configs/testbed/{name}.yaml")
+    options = dict(train["rewards"]["options"])
+    assert train["model"] == "smollm2" and options.pop("base") == "math" and options["scales"] == {scaled: 10}
+    suite = testbed.scaled_suite(base="math", **options)
+    assert suite.names == ["correctness", "format", "length"]
+    assert dict(zip(suite.names, suite.reward_ranges)) == {n: (0.0, 10.0 if n == scaled else 1.0) for n in suite.names}
