@@ -156,3 +156,69 @@ def test_float32_contiguous_blocks_of_any_size_match_the_oracle(name, g):
     ours = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, name, weights, **options_for(name))
     expected = reference.REFERENCES[name](rewards.astype(np.float64), list(ids), weights, **options_for(name))
     assert relative_error(ours, expected) <= 1e-6
+
+
+# --- the index layout's GRPO paths (shuffled or ragged groups: verl's layout) -------------
+
+
+def ragged_batch(seed, dtype):
+    """Shuffled groups of 1 to 12 rollouts, non-dyadic values, and constant groups of 3, 5 and 7
+    identical rows (whose float64 mean is not exactly their value)."""
+    rng = np.random.default_rng(seed)
+    sizes = np.concatenate([rng.integers(1, 13, size=200), [3, 5, 7]])
+    ids = np.repeat(np.arange(sizes.size), sizes)
+    rewards = rng.normal(size=(ids.size, 3)) / 3.0
+    rewards[:, 0] = rng.integers(0, 2, size=ids.size) / 3.0
+    constant = ids >= 200
+    rewards[constant] = np.float64(1.0 / 3.0) + 1e3
+    perm = rng.permutation(ids.size)
+    return rewards[perm].astype(dtype), ids[perm], constant[perm]
+
+
+@pytest.mark.parametrize("eps", [1e-4, 0.0])
+@pytest.mark.parametrize("ddof", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo"])
+def test_shuffled_ragged_groups_match_the_oracle_and_constant_groups_are_exact_zeros(name, dtype, ddof, eps):
+    rewards, ids, constant = ragged_batch(5, dtype)
+    weights = np.array([1.0, 0.3, -0.7])
+    options = {"ddof": ddof, "eps": eps} if name == "grpo" else {}
+    ours = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, name, weights, **options)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = reference.REFERENCES[name](rewards.astype(np.float64), list(ids), weights, **options)
+    # groups of at most ddof rollouts with eps = 0: std + eps = 0, and mrgrpo's convention is 0
+    undefined = ~np.isfinite(expected)
+    assert (ours[torch.from_numpy(undefined)] == 0).all()
+    kept = torch.from_numpy(~undefined)
+    assert relative_error(ours[kept], expected[~undefined]) <= (1e-6 if dtype == np.float32 else 1e-12)
+    assert (ours[torch.from_numpy(constant)] == 0).all()
+
+
+def test_a_spread_far_below_the_groups_magnitude_is_still_exact():
+    # T = 1e6 + 1/3 + k·2⁻²⁰: a one-pass or two-pass float64 mean would be off by ~1e-10, i.e.
+    # 4e-5 of this group's std; the answer must be exact for the float64 values given.
+    from fractions import Fraction
+
+    k = np.array([0, 1, 3, 4, 9, 2, 7, 5], dtype=np.float64)
+    group = (1e6 + 1.0 / 3.0) + k * 2.0**-20
+    other = np.array([0.1, 0.7, 0.3, 0.9, 0.2, 0.4, 0.6, 0.8])
+    values = np.concatenate([group, other])
+    ids = np.array([0] * 8 + [1] * 8)
+    perm = np.random.default_rng(0).permutation(16)
+    ours = mrgrpo.compute_advantages(torch.from_numpy(values[perm, None]), ids[perm], "grpo", eps=1e-12)
+
+    exact = [Fraction(float(v)) for v in group]
+    mean = sum(exact) / 8
+    std = float(sum((v - mean) ** 2 for v in exact) / 7) ** 0.5
+    expected = np.array([float(v - mean) / (std + 1e-12) for v in exact])
+    got = ours.numpy()[np.argsort(perm)][:8]
+    assert np.abs(got - expected).max() <= 1e-9 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-170, 1e-100, 1e100, 1e160, 1e300])
+def test_grpo_on_shuffled_groups_is_invariant_to_a_common_scale_of_rewards_and_eps(scale):
+    rewards, ids, constant = ragged_batch(6, np.float64)
+    base = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, "grpo", eps=1e-4)
+    scaled = mrgrpo.compute_advantages(torch.from_numpy(rewards) * scale, ids, "grpo", eps=1e-4 * scale)
+    torch.testing.assert_close(scaled, base, rtol=1e-9, atol=1e-9)
+    assert (scaled[torch.from_numpy(constant)] == 0).all()
