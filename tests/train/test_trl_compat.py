@@ -80,3 +80,19 @@ def test_the_trl_extra_declares_exactly_the_supported_range():
     extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
     (trl,) = [Requirement(r) for r in extras["trl"] if Requirement(r).name == "trl"]
     assert trl.specifier == trl_compat.SUPPORTED_TRL
+
+
+def test_the_installed_trl_has_the_rollout_func_the_agent_trainer_relies_on():
+    trl_compat.check_rollout_func()
+
+
+def test_a_trl_that_drops_env_mask_is_refused_before_the_agent_trainer_is_built(monkeypatch):
+    import inspect
+
+    from mrgrpo.train.agent_rollout import AgentGRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer).replace('extra_fields.pop("env_mask"', 'extra_fields.pop("other_mask"')
+    real_getsource = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource", lambda obj: source if obj is GRPOTrainer else real_getsource(obj))
+    with pytest.raises(UnsupportedVersionError, match="no longer reads 'env_mask'"):
+        AgentGRPOTrainer(model=None, reward_funcs=[], args=None)

@@ -22,6 +22,7 @@ from typing import Any
 
 from mrgrpo.rewards.agent import final_output
 from mrgrpo.tasks.base import plain_text
+from mrgrpo.train import trl_compat
 from mrgrpo.tasks.episodes import (  # noqa: F401  (re-exported: the turn loop lives below train)
     DEFAULT_MAX_TOOL_CHARS,
     DEFAULT_MAX_TURNS,
@@ -132,7 +133,7 @@ class AgentRollout:
             "prompt_ids": [s.prompt_ids for s in states],
             "completion_ids": [s.completion_ids for s in states],
             "logprobs": None,
-            "env_mask": [s.env_mask for s in states],
+            trl_compat.ENV_MASK: [s.env_mask for s in states],
             "agent_trace": [s.episode.record() for s in states],
         }
 
@@ -189,6 +190,7 @@ def _trainer_class() -> type:
         """``MultiRewardGRPOTrainer`` whose generation is :class:`AgentRollout` (``rollout=``)."""
 
         def __init__(self, *args: Any, rollout: AgentRollout | None = None, **kwargs: Any) -> None:
+            trl_compat.check_rollout_func()
             kwargs["rollout_func"] = rollout or AgentRollout()
             self.agent_rows: list[dict[str, Any]] | None = None
             super().__init__(*args, **kwargs)

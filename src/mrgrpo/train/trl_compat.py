@@ -28,6 +28,12 @@ What the adapter relies on (checked by :func:`check_trainer_class` / :func:`chec
 * ``GRPOConfig`` fields ``scale_rewards``, ``multi_objective_aggregation``, ``reward_weights``;
 * transformers ``Trainer._save_checkpoint(model, trial)`` and ``Trainer._load_rng_state(checkpoint)``
   (estimator state saved with, and restored from, each checkpoint).
+
+The multi-turn agent trainer (:mod:`mrgrpo.train.agent_rollout`) also relies on TRL's
+experimental ``rollout_func`` (checked by :func:`check_rollout_func`): ``GRPOTrainer(...,
+rollout_func=f)`` calls ``f(prompts, trainer)``, which returns :data:`ROLLOUT_KEYS` plus extra
+per-completion fields; ``env_mask`` among them marks policy tokens (1) against tool feedback (0,
+no loss), and every other extra field reaches the reward functions as a keyword argument.
 """
 
 from __future__ import annotations
@@ -70,6 +76,11 @@ ATTRIBUTES = (
 )
 #: GRPOConfig fields read (and, for the first two, mapped onto the estimator).
 CONFIG_FIELDS = ("scale_rewards", "multi_objective_aggregation", "reward_weights")
+
+
+#: Keys TRL requires in ``rollout_func``'s output; ``env_mask`` is the extra key it turns into the loss mask.
+ROLLOUT_KEYS = ("prompt_ids", "completion_ids", "logprobs")
+ENV_MASK = "env_mask"
 
 
 def import_grpo() -> tuple[type, type]:
@@ -125,6 +136,26 @@ def check_trainer_class(cls: type) -> None:
         raise UnsupportedVersionError(
             f"trl {trl_version()} does not have the internals mrgrpo's trainer relies on ({'; '.join(problems)}): "
             f"pip install 'trl{SUPPORTED_RANGE}'"
+        )
+
+
+def check_rollout_func() -> None:
+    """``GRPOTrainer`` takes ``rollout_func``, requires exactly :data:`ROLLOUT_KEYS` of it and
+    reads ``env_mask`` from its extra fields (else the agent trainer would train on tool tokens)."""
+    grpo_trainer, _ = import_grpo()
+    check_version()
+    problems = []
+    if "rollout_func" not in inspect.signature(grpo_trainer.__init__).parameters:
+        problems.append("GRPOTrainer(rollout_func=...) is gone")
+    source = inspect.getsource(grpo_trainer)
+    if f'extra_fields.pop("{ENV_MASK}"' not in source:
+        problems.append(f"GRPOTrainer no longer reads {ENV_MASK!r} from rollout_func's output")
+    if not all(f'"{key}"' in source for key in ROLLOUT_KEYS):
+        problems.append(f"rollout_func's output no longer has the keys {ROLLOUT_KEYS}")
+    if problems:
+        raise UnsupportedVersionError(
+            f"trl {trl_version()} does not have the rollout_func mrgrpo's agent trainer relies on "
+            f"({'; '.join(problems)}): pip install 'trl{SUPPORTED_RANGE}'"
         )
 
 
