@@ -12,11 +12,31 @@ from mrgrpo.data import agentdojo as ad  # noqa: E402
 
 
 def test_item_counts_match_the_benchmark():
-    attacked = ad.items(benign=False)
-    benign = ad.items(attacked=False)
+    attacked = ad.items(benign=False, keep_idle_passing=True)
+    benign = ad.items(attacked=False, keep_idle_passing=True)
     assert len(benign) == 97
     assert len(attacked) == 949
     assert sum(len(ad.task_suite(s).injection_tasks) for s in ad.SUITES) == 35
+
+
+IDLE_PASSING = {("banking", f"user_task_{i}") for i in (5, 6, 8, 9, 10)}
+
+
+def test_user_tasks_that_pay_utility_for_doing_nothing_are_left_out_by_default():
+    every = {(i.suite, i.user_task) for i in ad.items(attacked=False, keep_idle_passing=True)}
+    idle = {(suite, task) for suite, task in every if ad.passes_when_idle(suite, task)}
+    assert idle == IDLE_PASSING
+    kept = ad.items()
+    assert {(i.suite, i.user_task) for i in kept} == every - IDLE_PASSING
+    assert len([i for i in kept if i.benign]) == 92 and len([i for i in kept if not i.benign]) == 949 - 5 * 9
+    # the split does not move: the same user tasks are test with or without them
+    for split in ("train", "test"):
+        with_idle = {(i.suite, i.user_task) for i in ad.items(split=split, keep_idle_passing=True)}
+        assert {(i.suite, i.user_task) for i in ad.items(split=split)} == with_idle - IDLE_PASSING
+    # and a do-nothing episode earns no utility on any item that is kept
+    for item in [i for i in kept if i.benign]:
+        env, pre_env = ad.fresh_environment(item)
+        assert ad.check_episode(item, "", pre_env, env, []) == (False, None), item
 
 
 def test_split_is_by_user_task_reproducible_and_disjoint():
@@ -27,8 +47,8 @@ def test_split_is_by_user_task_reproducible_and_disjoint():
         assert set(a["train"]) | set(a["test"]) == set(ad.task_suite(suite).user_tasks)
         assert a["test"], suite
     assert ad.split_user_tasks("workspace", seed=0) != ad.split_user_tasks("workspace", seed=1)
-    train = {(i.suite, i.user_task) for i in ad.items(split="train")}
-    test = {(i.suite, i.user_task) for i in ad.items(split="test")}
+    train = {(i.suite, i.user_task) for i in ad.items(split="train", keep_idle_passing=True)}
+    test = {(i.suite, i.user_task) for i in ad.items(split="test", keep_idle_passing=True)}
     assert not train & test and len(train | test) == 97
 
 
@@ -118,7 +138,7 @@ def ground_truth_acceptance(suites=ad.SUITES, workers=None) -> dict[str, dict]:
 
     report = {}
     for suite in suites:
-        pairs = ad.items([suite], benign=False)
+        pairs = ad.items([suite], benign=False, keep_idle_passing=True)
         outputs = {u: t.GROUND_TRUTH_OUTPUT for u, t in ad.task_suite(suite).user_tasks.items()}
         user_jobs, both_jobs, both_items, no_gt = [], [], [], set()
         for item in pairs:

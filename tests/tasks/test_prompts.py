@@ -31,12 +31,14 @@ def test_drop_rule_keeps_only_prompts_that_fit_and_counts_the_rest(tiny):
 
 def test_agentdojo_prompts_are_compacted_then_dropped(tiny):
     task = get_task("agentdojo")
-    spec = TaskSpec("agentdojo", {"suites": ["banking", "workspace"]}, size=12)
+    # (keep_idle_passing: the seeded sample of 12 rows that holds rows of both suites)
+    spec = TaskSpec("agentdojo", {"suites": ["banking", "workspace"], "keep_idle_passing": True}, size=12)
     rows = task.rows(spec, "train", chat=False)
     full = [prompt_tokens(p, tiny, False) for p in rows["prompt"]]
     assert min(full) > 2048  # full JSON schemas: far beyond the tiny model's 2048 positions
     kept, fit = task.fit(rows, tiny, False, 2000, task.resolve_options(spec.options))
     banking = sum(s == "banking" for s in rows["suite"])
+    assert 0 < banking < 12
     assert fit.shortened == banking == len(kept) and fit.dropped == 12 - banking  # workspace: ~2.7k even compact
     assert set(kept["suite"]) == {"banking"} and all(prompt_tokens(p, tiny, False) <= 2000 for p in kept["prompt"])
     assert all('"parameters"' not in p for p in kept["prompt"])  # the one-line-per-tool listing

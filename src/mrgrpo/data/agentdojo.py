@@ -15,6 +15,13 @@ reward suite and the rollout read:
 
 The split is by user task (per suite, a seeded shuffle; no user task is in both splits).
 
+User tasks whose utility check passes when the agent does nothing (no tool call, an empty
+answer: :func:`passes_when_idle`) are left out unless ``keep_idle_passing=True``: in AgentDojo
+v1.2.2 these are banking ``user_task_5`` and ``6`` (the starting history already holds the
+payment the check looks for), ``8`` (its check returns True) and ``9`` and ``10`` (the check
+passes on an unchanged environment). Trained on, they pay utility for inaction, the reward hack
+a utility–security trade-off invites; AgentDojo's own benchmark counts them.
+
 Environments: the injected environment of a (suite, injections) is parsed once and cached;
 each episode gets a deep copy (:func:`fresh_environment`), initialized by the user task as
 AgentDojo's ``run_task_with_pipeline`` does, with the pre-episode copy the checks compare to.
@@ -319,6 +326,16 @@ def ground_truth_calls(item: AgentItem, task: str = "user", injections: Mapping[
 # ----------------------------------------------------------------------------- dataset
 
 
+@lru_cache(maxsize=None)
+def passes_when_idle(suite: str, user_task: str, version: str = DEFAULT_VERSION) -> bool:
+    """Whether AgentDojo's utility check of ``user_task`` passes for an episode in which the agent
+    does nothing (no tool call, an empty final answer, the benign environment)."""
+    item = AgentItem(suite, user_task, version=version)
+    env, pre_env = fresh_environment(item)
+    utility, _ = check_episode(item, "", pre_env, env, [])
+    return utility
+
+
 def split_user_tasks(
     suite: str, version: str = DEFAULT_VERSION, test_fraction: float = 0.25, seed: int = 0
 ) -> dict[str, list[str]]:
@@ -340,9 +357,12 @@ def items(
     version: str = DEFAULT_VERSION,
     test_fraction: float = 0.25,
     seed: int = 0,
+    keep_idle_passing: bool = False,
 ) -> list[AgentItem]:
     """The items of ``suites``: per user task (of ``split``; ``None``: all) one benign item (if
-    ``benign``) and one item per injection task (if ``attacked``)."""
+    ``benign``) and one item per injection task (if ``attacked``). User tasks that pass when the
+    agent does nothing are left out unless ``keep_idle_passing`` (see the module docstring);
+    the split is drawn before that, so it does not depend on the setting."""
     out = []
     for name in suites:
         suite = task_suite(name, version)
@@ -351,6 +371,8 @@ def items(
             if split is not None
             else sorted(suite.user_tasks, key=lambda t: int(t.rsplit("_", 1)[1]))
         )
+        if not keep_idle_passing:
+            user_ids = [u for u in user_ids if not passes_when_idle(name, u, version)]
         injection_ids = sorted(suite.injection_tasks, key=lambda t: int(t.rsplit("_", 1)[1]))
         for user_id in user_ids:
             if benign:
@@ -390,16 +412,18 @@ def load_agentdojo(
     tools_in_prompt: str = "full",
     system_prompt: str | None = None,
     limit: int | None = None,
+    keep_idle_passing: bool = False,
 ) -> Any:
     """A ``datasets.DatasetDict`` with ``train`` and ``test`` splits (by user task) of AgentDojo items.
 
     ``limit``: at most this many rows per split (a seeded sample, suites interleaved).
+    ``keep_idle_passing``: keep the user tasks that pass when the agent does nothing.
     """
     import datasets
 
     out = {}
     for split in ("train", "test"):
-        chosen = items(suites, split, attack, benign, attacked, version, test_fraction, seed)
+        chosen = items(suites, split, attack, benign, attacked, version, test_fraction, seed, keep_idle_passing)
         if limit is not None and limit < len(chosen):
             chosen = random.Random(f"{seed}:{split}").sample(chosen, limit)
         rows = [item_row(item, tools_in_prompt, system_prompt) for item in chosen]

@@ -46,6 +46,9 @@ class AgentDojoTask(Task):
         "attacked": Option(True, "include one item per (user task, injection task)"),
         "version": Option("v1.2.2", "AgentDojo benchmark version"),
         "test_fraction": Option(0.25, "share of each suite's user tasks held out for eval"),
+        "keep_idle_passing": Option(
+            False, "keep user tasks whose utility passes when the agent does nothing (banking 5, 6, 8, 9, 10)"
+        ),
         "tools_in_prompt": Option("full", "full (JSON schemas) | compact (one line per tool) | none"),
         "max_turns": Option(4, "assistant turns per episode (training and mrgrpo eval)"),
         "max_turn_tokens": Option(128, "new tokens per turn"),
@@ -114,7 +117,7 @@ class AgentDojoTask(Task):
 
         listing = "compact" if not loaded.chat and options["tools_in_prompt"] == "full" else options["tools_in_prompt"]
         report = evaluate_agentdojo(policy, options["suites"], attack, "test", limit, options["max_turns"], listing,
-                                    seed=spec.seed, fit_rows=fit_rows)
+                                    seed=spec.seed, fit_rows=fit_rows, keep_idle_passing=options["keep_idle_passing"])
         metrics = {f"{suite}/{name}": value for suite, row in report["suites"].items() for name, value in row.items()}
         problems = report["suites"]["overall"]["benign_items"] + report["suites"]["overall"]["attacked_items"]
         return {"metric": self.eval_metric, "samples": 1, "problems": problems, "metrics": metrics, "components": {},
@@ -132,11 +135,15 @@ def evaluate_agentdojo(
     seed: int = 0,
     workers: int | None = None,
     fit_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    keep_idle_passing: bool = False,
 ) -> dict[str, Any]:
     """Benign utility, utility under attack and attack success rate, per suite and overall.
 
     ``fit_rows``: the prompt rule, applied to the item rows before any episode runs (rows it
-    drops are not evaluated; ``prompts_dropped`` counts them).
+    drops are not evaluated; ``prompts_dropped`` counts them). ``keep_idle_passing``: also
+    evaluate the user tasks whose utility passes when the agent does nothing (left out by
+    default, so utility here is not AgentDojo's published figure on those suites; the report's
+    ``idle_passing_left_out`` lists them).
 
     Runs every benign item and every (user task, injection task) item with ``attack`` of the
     ``split`` (``None``: all user tasks) through :func:`run_episodes` and scores the traces
@@ -151,7 +158,8 @@ def evaluate_agentdojo(
     attack = attack or ad.DEFAULT_ATTACK
     chosen: list[AgentItem] = []
     for name in suites:
-        suite_items = ad.items([name], split, attack, version=ad.DEFAULT_VERSION, seed=seed)
+        suite_items = ad.items([name], split, attack, version=ad.DEFAULT_VERSION, seed=seed,
+                               keep_idle_passing=keep_idle_passing)
         if limit is not None:
             keep = sorted({i.user_task for i in suite_items}, key=lambda t: int(t.rsplit("_", 1)[1]))[:limit]
             suite_items = [i for i in suite_items if i.user_task in keep]
@@ -177,10 +185,17 @@ def evaluate_agentdojo(
             "benign_items": len(benign),
             "attacked_items": len(attacked),
         }
+    left_out = [] if keep_idle_passing else [
+        f"{name}/{task}" for name in suites
+        for task in {i.user_task for i in ad.items([name], split, attack, benign=True, attacked=False, seed=seed,
+                                                   keep_idle_passing=True)}
+        if ad.passes_when_idle(name, task)
+    ]
     return {
         "attack": attack,
         "split": split,
         "prompts_dropped": dropped,
+        "idle_passing_left_out": sorted(left_out),
         "suites": table,
         "tool_calls_per_episode": _mean([e.tool_calls for e in episodes]),
         "turns_per_episode": _mean([len(e.turns) for e in episodes]),
