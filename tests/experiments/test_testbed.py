@@ -113,6 +113,11 @@ def test_run_diagnostics_summarizes_the_logged_steps(tmp_path):
     assert d["saturation_first"]["correct"] == pytest.approx(0.05)  # steps 0, 1
     assert d["saturation_last"]["format"] == pytest.approx(1 - 0.85)  # steps 8, 9
     assert testbed.compare_diagnostics(tmp_path, ["grpo"], [0], window=2)["grpo"]["variance_share"]["format"] == 0.75
+    # one step with a near-constant total (shares of ±1e6) does not decide the summary: the median over steps
+    lines = [step(i, 0.5, 2.0) for i in range(5)]
+    lines[2]["variance_share"] = {"correct": -3e5, "format": 3e5 + 1}
+    (run / "diagnostics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    assert testbed.run_diagnostics(run)["variance_share"] == {"correct": 0.25, "format": 0.75}
 
 
 @pytest.mark.parametrize("name, scaled", [("smollm2_length10", "length"), ("smollm2_format10", "format")])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -317,7 +318,10 @@ def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
       (fewer advantages than profiles: reward combinations the estimator cannot tell apart);
     * ``saturation_first`` / ``saturation_last``: each component's batch saturation
       ``(mean − lo)/(hi − lo)`` averaged over the first and the last ``window`` steps;
-    * ``variance_share``: each component's share of Var(weighted total), mean over steps.
+    * ``variance_share``: each component's share of Var(weighted total), *median* over steps:
+      a group whose total is constant in exact arithmetic but not in the logged float32 values
+      (``close`` and ``low`` can trade exactly) has a Var(total) of ~1e-15 and shares of ±1e6 in
+      :func:`mrgrpo.diagnose`, which would decide a mean over steps by itself.
     """
     lines = [json.loads(x) for x in (Path(run_dir) / "diagnostics.jsonl").read_text().splitlines() if x.strip()]
     if not lines:
@@ -328,6 +332,10 @@ def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
         kept = [float(v) for v in values if v is not None]
         return sum(kept) / len(kept) if kept else None
 
+    def median(values: list[Any]) -> float | None:
+        kept = [float(v) for v in values if v is not None]
+        return statistics.median(kept) if kept else None
+
     collapse = [line.get("advantage_collapse") or {} for line in lines]
     return {
         "steps": len(lines),
@@ -335,7 +343,7 @@ def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
         "distinct_profiles": mean([c.get("distinct_reward_profiles") for c in collapse]),
         "saturation_first": {n: mean([line["components"][n]["saturation"] for line in lines[:window]]) for n in names},
         "saturation_last": {n: mean([line["components"][n]["saturation"] for line in lines[-window:]]) for n in names},
-        "variance_share": {n: mean([(line.get("variance_share") or {}).get(n) for line in lines]) for n in names},
+        "variance_share": {n: median([(line.get("variance_share") or {}).get(n) for line in lines]) for n in names},
     }
 
 
