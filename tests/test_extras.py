@@ -81,7 +81,7 @@ def test_import_extra_passes_through_an_unrelated_import_error(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "argv", [["train"], ["eval", "--model", "tiny"], ["compare"], ["analyze", "rollouts.jsonl"]], ids=lambda a: a[0]
+    "argv", [["train"], ["eval", "--model", "tiny"], ["compare"]], ids=lambda a: a[0]
 )
 def test_training_commands_without_trl(argv, monkeypatch):
     from mrgrpo.cli import app
@@ -91,6 +91,31 @@ def test_training_commands_without_trl(argv, monkeypatch):
     assert result.exit_code == 2
     assert f"mrgrpo {argv[0]}" in result.output
     assert "needs the 'trl' extra (trl is not installed): pip install 'mrgrpo[trl]'" in result.output
+
+
+def test_analyze_reads_a_rollouts_file_without_the_training_stack(monkeypatch, tmp_path):
+    import json
+    import random
+
+    from mrgrpo.cli import app
+
+    rng = random.Random(0)
+    lines = [
+        {"step": step, "group_id": f"{step}:{g}", "correct": float(rng.random() < 0.5), "length": rng.random()}
+        for step in range(3) for g in range(4) for _ in range(4)
+    ]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    missing(monkeypatch, "trl", "transformers")
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "rollouts.jsonl"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "analysis.md").is_file()
+    # a run directory without result.json rebuilds its suite from config.yaml: that needs TRL
+    for module in ("mrgrpo.train.job", "mrgrpo.train.rollout_log", "mrgrpo.train.presets", "mrgrpo.experiments.testbed"):
+        monkeypatch.delitem(sys.modules, module, raising=False)  # imported by earlier tests, with TRL
+    (tmp_path / "config.yaml").write_text("model: tiny\n")
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "needs the 'trl' extra" in result.output and "config.yaml" in result.output
 
 
 def test_the_trainer_without_trl(monkeypatch):

@@ -29,6 +29,11 @@ import torch
 
 from mrgrpo.errors import InputError
 
+#: The file a training run writes its scored rollouts to, one JSON line per rollout (in the run
+#: directory; ``mrgrpo analyze RUN_DIR`` reads it). Named here, in the core, so that reading a run
+#: needs no training extra.
+ROLLOUTS_FILE = "rollouts.jsonl"
+
 #: Numeric fields that describe a rollout rather than score it: never taken as a component
 #: unless named in ``components``.
 METADATA_FIELDS = frozenset(

@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from mrgrpo.train.rollout_log import ROLLOUTS_FILE
+from mrgrpo.errors import MissingExtraError
+from mrgrpo.rollouts import ROLLOUTS_FILE
 
 
 def _run_suite_info(run_dir: Path) -> tuple[list[str] | None, list[float] | None, list[tuple[float, float]] | None]:
@@ -40,11 +41,18 @@ def _run_suite_info(run_dir: Path) -> tuple[list[str] | None, list[float] | None
         data = json.loads(result.read_text())
         return data["names"], data["weights"], [tuple(r) for r in data["ranges"]]
     if (run_dir / "config.yaml").is_file():
+        # Rebuilding the suite from the run's config needs the training stack (a rollouts file,
+        # or a run directory with result.json, does not).
         try:
             from mrgrpo.experiments import testbed  # noqa: F401  (registers the testbed suite)
             from mrgrpo.train.job import build_suite, load_run_config
             from mrgrpo.train.presets import load_tokenizer
-
+        except ImportError as error:  # a missing package, or MissingExtraError from the trainer
+            missing = getattr(error, "missing", None) or (error.name or "trl").split(".")[0]
+            raise MissingExtraError(
+                f"mrgrpo analyze of {run_dir} (no result.json: the suite is rebuilt from config.yaml)", "trl", missing
+            ) from None
+        try:
             config = load_run_config(run_dir)
             suite = build_suite(config, load_tokenizer(config.model))
             return suite.names, list(suite.weights), list(suite.reward_ranges)

@@ -49,7 +49,6 @@ def analyze_command(
 ) -> None:
     """Replay logged reward batches through every estimator: sign agreement, rank correlation,
     effective component weights, diagnostics over time."""
-    require("trl", "mrgrpo analyze (it reads TRL run directories)")
     from mrgrpo.experiments.analyze import run_analyze
 
     try:

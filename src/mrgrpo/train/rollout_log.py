@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-ROLLOUTS_FILE = "rollouts.jsonl"
+from mrgrpo.rollouts import ROLLOUTS_FILE
 
 
 def rollout_lines(step: int, rewards: Any, group_ids: Any, names: list[str]) -> list[str]:
