@@ -16,6 +16,7 @@ import typer
 
 from mrgrpo.errors import UserError
 from mrgrpo.extras import require
+from mrgrpo.tasks import available_tasks
 
 
 def _one_line(error: BaseException) -> str:
@@ -89,7 +90,7 @@ def train_command(
 
 def eval_command(
     model: Annotated[str, typer.Option("--model", "-m", help="preset (tiny | smollm2), model path, run dir or checkpoint")],
-    task: Annotated[str, typer.Option("--task", "-t", help="humaneval | math | bfcl | agentdojo | asb")] = "math",
+    task: Annotated[str, typer.Option("--task", "-t", help=" | ".join(available_tasks()) + " (mrgrpo tasks lists them)")] = "math",
     samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="samples per problem (pass@k for k ≤ N)")] = 1,
     limit: Annotated[Optional[int], typer.Option("--limit", help="evaluate only the first N problems")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="generation length")] = None,
