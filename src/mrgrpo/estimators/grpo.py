@@ -217,10 +217,12 @@ def _index_layout_grpo(
     sums = d.new_zeros(groups.num_groups).scatter_add_(0, index, d)
     if not bool(torch.isfinite(sums.sum())):  # NaN in the rewards, or an overflow
         return None
+    smallest, largest = (int(v) for v in torch.aminmax(groups.sizes))
+    if scale == "none":
+        mean = sums.mul_(1.0 / largest) if smallest == largest else sums.div_(groups.sizes)
+        return _fresh(d.sub_(mean.index_select(0, index)), rewards.dtype)
     count = groups.sizes.to(torch.float64)
     mean = sums / count
-    if scale == "none":
-        return _fresh(d.sub_(mean.index_select(0, index)), rewards.dtype)
     squares = d.new_zeros(groups.num_groups).scatter_add_(0, index, d * d)
     if not _safe_sum_sq(squares, sums):
         return None
