@@ -78,14 +78,18 @@ def main() -> None:
         for view in ("eval", "curve"):
             print(f"\nPaired vs grpo ({view}):\n")
             print("\n".join(paired_table(results, seeds, estimators[1:], "grpo", view)))
+        if "sa_mrpo" in estimators and "gdpo" in estimators:  # SA-MRPO is GDPO with saturation weights
+            for view in ("eval", "curve"):
+                print(f"\nSA-MRPO vs its base gdpo ({view}):\n")
+                print("\n".join(paired_table(results, seeds, ["sa_mrpo"], "gdpo", view)))
         if "corr_grpo" in estimators and "corr_grpo(numerator=standardized)" in estimators:
             print("\nStandardized numerator vs plain corr_grpo (eval):\n")
             print("\n".join(paired_table(results, seeds, ["corr_grpo(numerator=standardized)"], "corr_grpo", "eval")))
         diag = compare_diagnostics(out, estimators, seeds)
-        print("\n| estimator | distinct advantages / reward profiles per group | format saturation first→last 5 steps | correct saturation first→last | share of Var(total): low |\n|---|---|---|---|---|")
+        print("\n| estimator | distinct advantages / reward profiles per group | saturation first→last 5 steps: format | close | correct | share of Var(total): low (median over steps) |\n|---|---|---|---|---|---|")
         for est, d in diag.items():
-            print(f"| {est} | {d['distinct_advantages']:.2f} / {d['distinct_profiles']:.2f} | {d['saturation_first']['format']:.2f} → {d['saturation_last']['format']:.2f} "
-                  f"| {d['saturation_first']['correct']:.2f} → {d['saturation_last']['correct']:.2f} | {d['variance_share']['low']:.2f} |")
+            sat = " | ".join(f"{d['saturation_first'][c]:.2f} → {d['saturation_last'][c]:.2f}" for c in ("format", "close", "correct"))
+            print(f"| {est} | {d['distinct_advantages']:.2f} / {d['distinct_profiles']:.2f} | {sat} | {d['variance_share']['low']:.2f} |")
 
 
 if __name__ == "__main__":
