@@ -130,3 +130,17 @@ def test_smollm2_configs_raise_one_component_of_the_demo_suite(name, scaled):
     suite = testbed.scaled_suite(base="math", **options)
     assert suite.names == ["correctness", "format", "length"]
     assert dict(zip(suite.names, suite.reward_ranges)) == {n: (0.0, 10.0 if n == scaled else 1.0) for n in suite.names}
+
+
+def test_a_scaled_run_config_still_builds_its_suite_after_the_task_is_prepared():
+    # the train job records the suite's name as rewards.suite; compare builds the suite again after training
+    from mrgrpo.experiments.compare import load_compare_config
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import build_suite, prepare_task
+
+    train, _ = load_compare_config("configs/testbed/learnable_scale1.yaml")
+    train["rewards"] = {"suite": "scaled", "options": {"base": "testbed", "scales": {"low": 10}}}
+    config = validate_config(train)
+    prepare_task(config)
+    assert config.rewards.suite == "scaled"
+    assert build_suite(config, None).reward_ranges[3] == (0.0, 10.0)

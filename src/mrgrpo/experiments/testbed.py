@@ -303,7 +303,8 @@ def scaled_suite(base: str, scales: Mapping[str, float], tokenizer: Any = None, 
 
         lo, hi = component.range
         components.append(RewardComponent(component.name, (factor * lo, factor * hi), fn))
-    return RewardSuite(f"scaled({base})", tuple(components), tuple(inner.weights))
+    # named as registered: the train job records a suite's name as the run's `rewards.suite`
+    return RewardSuite("scaled", tuple(components), tuple(inner.weights))
 
 
 # --------------------------------------------------------------------------------------------
