@@ -160,8 +160,9 @@ def _mean_group_correlation(centered: Tensor, groups: Groups) -> list[list[float
     products = groups.sum((z.unsqueeze(2) * z.unsqueeze(1)).reshape(-1, k * k)).reshape(-1, k, k)
     defined = (varies.unsqueeze(2) & varies.unsqueeze(1)).to(torch.float64)
     count = defined.sum(dim=0)
-    mean = (products * defined).sum(dim=0) / count.clamp(min=1)
-    return [[(_float(mean[i, j]) if count[i, j] > 0 else None) for j in range(k)] for i in range(k)]
+    mean = ((products * defined).sum(dim=0) / count.clamp(min=1)).tolist()  # one transfer, not K² of them
+    counts = count.tolist()
+    return [[(_float(mean[i][j]) if counts[i][j] > 0 else None) for j in range(k)] for i in range(k)]
 
 
 def _distinct_per_group(keys: Tensor, groups: Groups) -> float:
