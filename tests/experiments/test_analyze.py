@@ -70,3 +70,16 @@ def test_cli_analyze(tmp_path):
     assert (tmp_path / "r" / "analysis.md").is_file()
     bad = CliRunner().invoke(app, ["analyze", str(tmp_path / "missing.jsonl")])
     assert bad.exit_code == 2
+
+
+def test_the_report_says_where_the_weights_came_from(tmp_path):
+    path = tmp_path / "rollouts.jsonl"
+    _write_rollouts(path, scale_b=1.0, steps=1)
+    run_analyze(path, out=tmp_path / "o", estimators="grpo")
+    assert "the run's weights were not found, pass --weights" in (tmp_path / "o" / "analysis.md").read_text()
+    (tmp_path / "result.json").write_text(json.dumps({"names": ["a", "b"], "weights": [1.0, 0.25], "ranges": [[0, 1], [0, 1]]}))
+    run_analyze(path, out=tmp_path / "p", estimators="grpo")
+    data = json.loads((tmp_path / "p" / "analysis.json").read_text())
+    assert data["weights"] == [1.0, 0.25] and data["weights_source"] == "the run's"
+    run_analyze(path, out=tmp_path / "q", estimators="grpo", weights="2,1")
+    assert json.loads((tmp_path / "q" / "analysis.json").read_text())["weights_source"] == "--weights"

@@ -230,7 +230,9 @@ def render_report(report: dict[str, Any], source: str, figures: dict[str, Path |
         f"# mrgrpo analyze: `{source}`",
         "",
         f"{len(report['steps'])} logged steps, {report['num_rollouts']} rollouts; components {', '.join(names)} "
-        f"(weights {', '.join(f'{w:g}' for w in report['weights'])}); estimators replayed: {', '.join(estimators)}"
+        f"(weights {', '.join(f'{w:g}' for w in report['weights'])}"
+        + (f", {report['weights_source']}" if report.get("weights_source") else "")
+        + f"); estimators replayed: {', '.join(estimators)}"
         + (f"; skipped (no ranges): {', '.join(report['skipped'])}" if report["skipped"] else ""),
         "",
         "## Effective weight of each component",
@@ -283,6 +285,12 @@ def run_analyze(
             raise ValueError(f"{len(given)} {what} for {len(names)} components ({', '.join(names)})")
     chosen = mrgrpo.available_estimators() if estimators == "all" else [e.strip() for e in estimators.split(",") if e.strip()]
     report = analyze_batches(names, batches, chosen, run_weights, run_ranges)
+    if weights is not None:
+        report["weights_source"] = "--weights"
+    elif run_weights is not None:
+        report["weights_source"] = "the run's"
+    else:  # said in the report: an unweighted replay of a weighted run would mislead silently
+        report["weights_source"] = "all 1: the run's weights were not found, pass --weights"
     out_dir = Path(out) if out is not None else run_dir / "analysis"
     out_dir.mkdir(parents=True, exist_ok=True)
     steps = report["steps"]
