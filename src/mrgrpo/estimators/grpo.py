@@ -149,7 +149,7 @@ def _index_layout_two_pass(rewards: Tensor, groups: Groups, weights: Tensor, eps
     answer comes from the member-shifted form instead.
     """
     n, index = rewards.shape[0], groups.index
-    c = _matvec64(rewards, weights, out=workspace(1, n, torch.float64)[0])
+    c = _matvec64(rewards, weights, out=_total_buffer(n))
     sums = c.new_zeros(groups.num_groups).scatter_add_(0, index, c)
     if not bool(torch.isfinite(sums.sum())):  # NaN in the rewards, or an overflow
         return None
@@ -208,7 +208,7 @@ def _index_layout_grpo(
     scratch buffers: fresh memory (page faults) would cost more than the arithmetic.
     """
     n, index = rewards.shape[0], groups.index
-    d = _matvec64(rewards, weights, out=workspace(1, n, torch.float64)[0])
+    d = _matvec64(rewards, weights, out=_total_buffer(n))
     # Any member serves as the shift: on the CPU a 1-D scatter runs in order, so the last
     # member wins on every run (same bits every time).
     member = d.new_empty(groups.num_groups).scatter_(0, index, d)
@@ -241,6 +241,18 @@ def _index_layout_grpo(
     # A constant group has d = mean = 0 exactly, hence exact zeros.
     d.sub_(mean.index_select(0, index)).mul_(inverse.index_select(0, index))
     return _fresh(d, rewards.dtype)
+
+
+#: Largest batch whose float64 total lives in a reused per-thread buffer (32 MiB); a larger one
+#: gets fresh memory, so a one-off huge batch does not pin its size for the thread's lifetime.
+_REUSED_TOTAL_ROWS = 2**22
+
+
+def _total_buffer(n: int) -> Tensor:
+    """``[n]`` float64 scratch for the weighted total (contents undefined)."""
+    if n <= _REUSED_TOTAL_ROWS:
+        return workspace(1, n, torch.float64)[0]
+    return torch.empty(n, dtype=torch.float64)
 
 
 def _fresh(scratch: Tensor, dtype: torch.dtype) -> Tensor:
