@@ -144,3 +144,22 @@ def test_a_scaled_run_config_still_builds_its_suite_after_the_task_is_prepared()
     prepare_task(config)
     assert config.rewards.suite == "scaled"
     assert build_suite(config, None).reward_ranges[3] == (0.0, 10.0)
+
+
+def test_evaluate_start_scores_the_policy_before_rl(tmp_path):
+    import json
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "model: tiny\ntask: {name: chain_sum, options: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}, size: 8, eval_size: 4}\n"
+        "rewards: {suite: testbed}\nestimator: grpo\nmax_steps: 1\nexperiment: {eval: {samples: 2, max_new_tokens: 8}}\n")
+    # no warm start in the config: the config's model itself, on every seed
+    result = testbed.evaluate_start(config, tmp_path / "out", [0, 1])
+    assert set(result["objectives"]) == {"0", "1"} and json.loads((tmp_path / "out" / "start.json").read_text()) == result
+    for objectives in result["objectives"].values():
+        assert set(objectives) == {"correct", "format", "close", "low", "total"}
+        assert all(0.0 <= objectives[n] <= 1.0 for n in ("correct", "format", "close", "low"))
+    # a warm-start config whose comparison has not run yet says so
+    config.write_text(config.read_text().replace("experiment: {", "experiment: {warm_start: {steps: 1}, "))
+    with pytest.raises(FileNotFoundError, match="no warm start"):
+        testbed.evaluate_start(config, tmp_path / "none", [0])

@@ -150,8 +150,9 @@ def _normalize(values: dict[str, float | None], names: list[str], ranges: list[t
     return out
 
 
-def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConfig) -> dict[str, Any]:
-    """Sampled generations of the run's final model on the held-out prompts, scored by the suite.
+def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConfig, model: str | None = None) -> dict[str, Any]:
+    """Sampled generations of the run's final model (or of ``model``, a path or preset) on the
+    held-out prompts, scored by the suite.
 
     Single-turn tasks only (the task registry says which); a multi-turn task's runs are compared
     on their training curves (``curve``/``end``)."""
@@ -162,7 +163,7 @@ def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConf
     from mrgrpo.train.presets import load_model
 
     task, spec = resolve(config.task)
-    checkpoint = last_checkpoint(run_dir)
+    checkpoint = model or last_checkpoint(run_dir)
     if checkpoint is None or config.task.eval_size == 0 or task.rollout != "single_turn":
         return {}
     loaded = load_model(str(checkpoint))

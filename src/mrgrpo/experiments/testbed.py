@@ -236,8 +236,9 @@ def _check_roundtrip(tokenizer: Any, directory: Path, text: str) -> None:
 
 
 def evaluate_start(config_path: str | Path, out: str | Path, seeds: list[int], overrides: list[str] | None = None) -> dict[str, Any]:
-    """Held-out sampled evaluation of the warm starts of a finished ``mrgrpo compare --out OUT``
-    (the policy *before* RL), with the comparison's own evaluation settings and seeds.
+    """Held-out sampled evaluation of the policy *before* RL of a finished ``mrgrpo compare --out
+    OUT``, with the comparison's own evaluation settings and seeds: each seed's warm start, or,
+    for a config without ``experiment.warm_start`` (a pretrained model), the config's model itself.
 
     Writes and returns ``OUT/start.json``: ``{"seeds": [...], "objectives": {seed: {...}}}``, the
     objectives normalized as in ``compare`` (component / range; ``total`` = weighted sum), so
@@ -252,19 +253,18 @@ def evaluate_start(config_path: str | Path, out: str | Path, seeds: list[int], o
     train, experiment = load_compare_config(config_path, overrides)
     result: dict[str, Any] = {"seeds": list(seeds), "objectives": {}, "raw": {}}
     for seed in seeds:
-        warm = out / "warm_start" / f"seed{seed}"
-        if not (warm / "config.json").is_file():
-            raise FileNotFoundError(f"{warm}: no warm start there; run `mrgrpo compare` on {out} first")
-        view = out / "start" / f"seed{seed}"  # a run directory whose only checkpoint is the warm start
-        view.mkdir(parents=True, exist_ok=True)
-        link = view / "checkpoint-0"
-        if not link.exists():
-            link.symlink_to(warm.resolve(), target_is_directory=True)
-        config = validate_config({**train, "model": str(warm), "seed": seed})
-        suite = build_suite(config, load_tokenizer(str(warm)))
-        means = _evaluate(view, config, suite, experiment)["means"]
+        model = str(train.get("model", "tiny"))
+        if experiment.warm_start is not None and model == "tiny":
+            warm = out / "warm_start" / f"seed{seed}"
+            if not (warm / "config.json").is_file():
+                raise FileNotFoundError(f"{warm}: no warm start there; run `mrgrpo compare` on {out} first")
+            model = str(warm)
+        config = validate_config({**train, "model": model, "seed": seed})
+        suite = build_suite(config, load_tokenizer(model))
+        means = _evaluate(out, config, suite, experiment, model=model)["means"]
         result["raw"][str(seed)] = means
         result["objectives"][str(seed)] = _normalize(means, suite.names, suite.reward_ranges, suite.weights)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "start.json").write_text(json.dumps(result, indent=1))
     return result
 
