@@ -101,3 +101,25 @@ def test_a_config_that_names_no_suite_gets_the_tasks(no_model, tmp_path):
     config = load_config(path)
     prepared = prepare_task(config)
     assert prepared.suite.name == "tool_call" and config.rewards.suite == "tool_call"  # recorded for --resume
+
+
+def test_the_run_records_the_registered_suite_name_not_the_suites_own(no_model, tmp_path, monkeypatch):
+    # a factory may name its suite after what it does ("renamed(math)"): the config must keep the
+    # registered name, or rebuilding the suite after training (compare, analyze, resume) fails
+    from mrgrpo.rewards import base, get_suite
+    from mrgrpo.rewards.base import RewardSuite, register_suite
+    from mrgrpo.train.job import build_suite, prepare_task
+
+    monkeypatch.setattr(base, "_SUITES", dict(base._SUITES))  # the test's suite stays in this test
+
+    @register_suite("renamed_for_test")
+    def renamed(**options):
+        base = get_suite("math", **options)
+        return RewardSuite("renamed(math)", base.components, base.weights)
+
+    path = tmp_path / "c.yaml"
+    path.write_text("model: tiny\ntask: {name: math, size: 4, eval_size: 2}\nrewards: {suite: renamed_for_test}\n")
+    config = load_config(path)
+    prepared = prepare_task(config)
+    assert prepared.suite.name == "renamed(math)" and config.rewards.suite == "renamed_for_test"
+    assert build_suite(config, None).names == prepared.suite.names

@@ -212,8 +212,8 @@ def prepare_task(config: TrainConfig, split: str = "train") -> Any:
     except (OSError, ValueError) as error:
         raise ConfigError(f"model {config.model!r}: cannot load its tokenizer: {error}") from None
     prepared = prepare(config.task, config.rewards, tokenizer, policy_chat(config.model, tokenizer), split)
-    if config.rewards.suite != prepared.suite.name:  # the config named no suite: record the task's
-        config.rewards.suite = prepared.suite.name
+    if config.rewards.suite != prepared.suite_name:  # the config named no suite: record the task's
+        config.rewards.suite = prepared.suite_name
     return prepared
 
 
