@@ -117,3 +117,16 @@ def test_advantage_collapse_options_are_checked():
         mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, estimators=["grpo"], estimator_options={"grpo": {"scale": "x"}})
     with pytest.raises(ValueError, match="3 entries for 8 rollouts"):
         mrgrpo.diagnose(SATURATION_BATCH, SATURATION_IDS, advantages={"grpo": [0.0, 1.0, 2.0]})
+
+
+def test_a_total_constant_up_to_float32_rounding_counts_as_constant():
+    # group 0: two components that cancel exactly in real numbers; in float32 the second is
+    # 1 - the first rounded, so the total differs by rounding only. group 1 varies genuinely.
+    a = torch.tensor([0.1, 0.7, 0.3, 0.9], dtype=torch.float32)
+    rewards = torch.stack([torch.cat([a, torch.tensor([0.0, 1.0])]), torch.cat([1 - a, torch.tensor([0.0, 0.0])])], dim=1)
+    ids = [0, 0, 0, 0, 1, 1]
+    report = mrgrpo.diagnose(rewards, ids)
+    assert report["zero_variance_fraction"] == 0.5
+    shares = report["variance_share"]
+    assert all(abs(v) <= 1.0 + 1e-9 for v in shares.values()), shares  # not ±1e6 from rounding noise
+    assert sum(shares.values()) == pytest.approx(1.0)

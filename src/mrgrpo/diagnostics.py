@@ -54,7 +54,9 @@ def diagnose(
     * ``corr_grpo``: ``denominator_below_one`` (fraction of varying groups whose
       ``sqrt(Σρ + eps) < 1``, i.e. whose centered total CorrGRPO amplifies) and
       ``max_amplification`` (largest ``1/sqrt(Σρ + eps)`` in the batch).
-    * ``zero_variance_fraction``: fraction of groups whose total ``T`` is constant (GRPO gives
+    * ``zero_variance_fraction``: fraction of groups whose total ``T`` is constant — up to the
+      rounding of its weighted components at the input's precision, so components that cancel
+      exactly count as constant (GRPO gives
       them zero advantage).
     * ``advantage_collapse``: ``distinct_reward_profiles`` (mean distinct reward rows per group)
       and, per estimator, the mean number of distinct advantage values per group (rounded to
@@ -71,7 +73,10 @@ def diagnose(
     NaN entries are mean-imputed in the in-group statistics (centered value 0), as in
     ``corr_grpo``.
     """
-    values = as_reward_matrix(rewards)[0].to(torch.float64)
+    values, _ = as_reward_matrix(rewards)
+    # the precision the rewards came in (float32 for TRL's and verl's batches)
+    unit = torch.finfo(values.dtype).eps / 2
+    values = values.to(torch.float64)
     n, k = values.shape
     groups = make_groups(group_ids, n, device=values.device)
     w = as_weights(weights, k, values.device)
@@ -95,12 +100,17 @@ def diagnose(
     centered = groups.unrows(group_moments(values, groups).unscaled())  # [N, K] in the rewards' units
     report["correlation"] = _mean_group_correlation(centered, groups)
 
-    total_centered = (centered * w).sum(dim=1)
+    weighted = centered * w
+    total_centered = weighted.sum(dim=1)
     var_total = groups.sum(total_centered * total_centered)  # [num_groups], times (n_g - 1)
-    varying = var_total > 0
+    # A total that varies by less than the rounding of its weighted components (a group whose
+    # components cancel, up to the input's precision) is constant: GRPO gives it ~0 advantage,
+    # and dividing by its rounding-noise variance would give meaningless shares (e.g. ±1e6).
+    parts = groups.sum(weighted * weighted).sum(dim=1)
+    varying = var_total > parts * (4 * k * unit) ** 2
     report["zero_variance_fraction"] = _float(1.0 - varying.to(torch.float64).mean())
 
-    shares = groups.sum(centered * w * total_centered.unsqueeze(1))  # [num_groups, K]
+    shares = groups.sum(weighted * total_centered.unsqueeze(1))  # [num_groups, K]
     shares = shares[varying] / var_total[varying].unsqueeze(1)
     mean_shares = shares.mean(dim=0).tolist() if shares.shape[0] else [None] * k
     report["variance_share"] = {name: _float(value) for name, value in zip(names, mean_shares)}
