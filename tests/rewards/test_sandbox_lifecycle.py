@@ -21,6 +21,14 @@ SCRIPT = textwrap.dedent(
     from mrgrpo.rewards.sandbox import Job, Limits, run_many
 
     mode = sys.argv[1]
+    if mode == "submit-exception":  # the interruption arrives while run_many is still submitting jobs
+        import concurrent.futures
+        submit = concurrent.futures.ThreadPoolExecutor.submit
+        def slow_submit(self, *args, **kwargs):
+            future = submit(self, *args, **kwargs)
+            time.sleep(0.5)
+            return future
+        concurrent.futures.ThreadPoolExecutor.submit = slow_submit
     if mode == "term-handler":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
     sleep = 0.5 if mode == "normal" else 60
@@ -40,7 +48,7 @@ SCRIPT = textwrap.dedent(
             time.sleep(0.01)
         announced.extend(sorted(sandbox._live))
         print(json.dumps(sorted(sandbox._live_pids())), flush=True)
-        if mode == "exception":
+        if mode.endswith("exception"):
             os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt, caught below: the process goes on
 
     threading.Thread(target=announce, daemon=True).start()
@@ -49,7 +57,7 @@ SCRIPT = textwrap.dedent(
         print(json.dumps([r.verdict.value for r in results]), flush=True)
     except KeyboardInterrupt:
         print(json.dumps({"interrupted": sorted(sandbox._live), "alive": [p for p in announced if alive(p)]}), flush=True)
-        if mode == "exception":
+        if mode.endswith("exception"):
             sys.exit(0)
         raise
     """
@@ -92,8 +100,9 @@ def test_normal_end():
     assert_all_end(pids)
 
 
-def test_exception_in_the_middle_of_run_many():
-    proc, pids = start("exception")
+@pytest.mark.parametrize("mode", ["exception", "submit-exception"], ids=["while-running", "while-submitting"])
+def test_exception_in_the_middle_of_run_many(mode):
+    proc, pids = start(mode)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     # when the exception reached the caller, every run's processes had been killed and reaped

@@ -791,18 +791,39 @@ def run_many(
 
         bar = tqdm(total=len(jobs), desc="sandbox", unit="prog")
     pool = ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="mrgrpo-sandbox")
-    futures: dict = {}
+    # Which jobs are running is counted by the jobs themselves, under one lock with the cancel
+    # flag: an interruption can arrive before the futures are all submitted (or recorded), and
+    # once `cancelled` is set no job starts, so `running` covers every job that did.
+    state = {"running": 0, "cancelled": False}
+    state_lock = threading.Lock()
+
+    def guarded(job: Job) -> Result | None:
+        with state_lock:
+            if state["cancelled"]:
+                return None
+            state["running"] += 1
+        try:
+            return run(job, launcher, require_isolation)
+        finally:
+            with state_lock:
+                state["running"] -= 1
+
     try:
-        futures = {pool.submit(run, job, launcher, require_isolation): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(guarded, job): i for i, job in enumerate(jobs)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             if bar is not None:
                 bar.update(1)
     except BaseException:
+        with state_lock:
+            state["cancelled"] = True
         pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + 30.0
         # kill until every running job has noticed and reaped its processes
-        while not all(f.done() for f in futures) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with state_lock:
+                if not state["running"]:
+                    break
             _kill_all_live()
             time.sleep(0.01)
         pool.shutdown(wait=True)
