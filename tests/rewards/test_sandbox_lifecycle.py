@@ -21,6 +21,11 @@ SCRIPT = textwrap.dedent(
     from mrgrpo.rewards.sandbox import Job, Limits, run_many
 
     mode = sys.argv[1]
+    # what a user's script starts with, whatever this test process passed down (in the full suite an
+    # earlier test's libraries may leave SIGINT ignored or blocked, and forks inherit both)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if mode == "submit-exception":  # the interruption arrives while run_many is still submitting jobs
         import concurrent.futures
         submit = concurrent.futures.ThreadPoolExecutor.submit
@@ -49,6 +54,7 @@ SCRIPT = textwrap.dedent(
         announced.extend(sorted(sandbox._live))
         print(json.dumps(sorted(sandbox._live_pids())), flush=True)
         if mode.endswith("exception"):
+            sys.stdin.readline()  # the test has seen every process alive
             os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt, caught below: the process goes on
 
     threading.Thread(target=announce, daemon=True).start()
@@ -75,13 +81,21 @@ def alive(pid: int) -> bool:
 
 def start(mode: str):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env,
+    )
     line = proc.stdout.readline()
     if not line:
         proc.kill()
         pytest.fail("the script printed nothing: " + proc.stderr.read()[-2000:])
     pids = json.loads(line)
     assert len(pids) == 5 and all(alive(p) for p in pids)  # the launcher + two judges + two candidates
+    try:
+        proc.stdin.write("go\n")  # the exception modes interrupt themselves only now
+        proc.stdin.flush()
+    except BrokenPipeError:  # a mode that does not wait for it has already ended
+        pass
     return proc, pids
 
 
