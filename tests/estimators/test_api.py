@@ -125,3 +125,71 @@ def test_register_estimator(monkeypatch):
         mrgrpo.register_estimator("test_rank_within_group")(lambda r, g, w: r[:, 0])
     with pytest.raises(TypeError, match="must take"):
         mrgrpo.register_estimator("test_bad_signature")(lambda r: r)
+
+
+def _batch_with(value, row, col, *, shuffled, dtype, groups=6, size=4, k=3):
+    rng = np.random.default_rng(row * 7 + col)
+    rewards = rng.random((groups * size, k)).astype(dtype)
+    ids = np.repeat(np.arange(groups), size)
+    if shuffled:
+        perm = rng.permutation(len(ids))
+        rewards, ids = rewards[perm], ids[perm]
+    rewards[row, col] = value
+    return torch.from_numpy(rewards), torch.from_numpy(ids)
+
+
+SCREENED_LAYOUTS = [(shuffled, dtype) for shuffled in (True, False) for dtype in (np.float32, np.float64)]
+
+
+@pytest.mark.parametrize("shuffled,dtype", SCREENED_LAYOUTS)
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+@pytest.mark.parametrize("weights", [None, [1.0, 0.0, 2.0]], ids=["all weights", "zero weight"])
+def test_every_estimator_names_the_first_infinite_reward_in_every_layout(shuffled, dtype, value, weights):
+    # GRPO and Dr. GRPO fold this check into their weighted total (screens_rewards): a zero
+    # weight, which hides its column from the total, must not hide an infinite value there.
+    options = {"sa_mrpo": {"reward_ranges": [(0, 1)] * 3}, "sa_corr_grpo": {"reward_ranges": [(0, 1)] * 3}}
+    for name in mrgrpo.available_estimators():
+        rewards, ids = _batch_with(value, 5, 1, shuffled=shuffled, dtype=dtype)
+        rewards[9, 2] = float("nan")  # a NaN elsewhere does not mask it
+        with pytest.raises(ValueError, match=r"1 infinite value\(s\) \(first at row 5, component 1\)"):
+            mrgrpo.compute_advantages(rewards, ids, name, weights, **options.get(name, {}))
+
+
+@pytest.mark.parametrize("shuffled,dtype", SCREENED_LAYOUTS)
+@pytest.mark.parametrize("weights", [None, [1.0, 0.0, 2.0]], ids=["all weights", "zero weight"])
+@pytest.mark.parametrize("name,options", [("grpo", {}), ("dr_grpo", {}), ("grpo", {"eps": 0.0}), ("grpo", {"scale": "batch"})])
+def test_unscored_rollouts_get_exact_zeros_and_leave_the_statistics_on_every_path(shuffled, dtype, weights, name, options):
+    rewards, ids = _batch_with(float("nan"), 3, 0, shuffled=shuffled, dtype=dtype)
+    rewards[3] = float("nan")
+    got = mrgrpo.compute_advantages(rewards, ids, name, weights, **options)
+    assert got[3].item() == 0.0
+    kept = torch.arange(len(ids)) != 3
+    alone = mrgrpo.compute_advantages(rewards[kept], ids[kept], name, weights, **options)
+    torch.testing.assert_close(got[kept], alone)
+
+
+def test_an_estimator_that_screens_its_own_rewards_receives_them_unchecked(monkeypatch):
+    from mrgrpo.estimators import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    seen = []
+
+    @mrgrpo.register_estimator("test_screens_itself", screens_rewards=True)
+    def screens(rewards, groups, weights):
+        seen.append(bool(torch.isinf(rewards).any()))
+        registry.check_reward_values(rewards)
+        return rewards[:, 0]
+
+    @mrgrpo.register_estimator("test_screened")
+    def screened(rewards, groups, weights):
+        seen.append("called")
+        return rewards[:, 0]
+
+    bad = [[1.0, float("inf")], [0.0, 1.0]]
+    with pytest.raises(ValueError, match="infinite"):
+        mrgrpo.compute_advantages(bad, [0, 0], "test_screens_itself")
+    with pytest.raises(ValueError, match="infinite"):
+        mrgrpo.compute_advantages(bad, [0, 0], "test_screened")
+    assert seen == [True]  # the default estimator was never called with an infinite reward
+    assert registry.get_estimator("grpo").screens_rewards and registry.get_estimator("dr_grpo").screens_rewards
+    assert not registry.get_estimator("gdpo").screens_rewards

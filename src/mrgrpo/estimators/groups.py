@@ -257,6 +257,10 @@ def _dense_codes(ids: Tensor) -> tuple[Tensor, int, Tensor | None]:
 def _first_run_length(ids: Tensor) -> int:
     """Length of the run of equal ids at the start (``N`` if all are equal)."""
     n = ids.numel()
+    if n > 1:
+        first, second = ids[:2].tolist()
+        if first != second:  # (shuffled ids: one small read instead of a scan of the head)
+            return 1
     head = ids[: min(n, 4096)]
     changes = torch.nonzero(head != head[0])
     if not changes.numel() and n > head.numel():

@@ -9,6 +9,13 @@ Every estimator has the same signature::
 float16 and bfloat16 inputs, float64 otherwise), ``groups`` built by :func:`make_groups`, and the
 options are keyword-only parameters with defaults: their names are the estimator's options, so
 an unknown option name is caught here, before any math runs.
+
+An estimator registered with ``screens_rewards=True`` takes over the value check: it receives
+the rewards checked for shape and dtype only, and must call :func:`check_reward_values` (same
+errors, same messages) before it relies on them being finite or NaN-free, and give exact zeros
+to rollouts whose every component is NaN. GRPO and Dr. GRPO do, because their first pass over
+the rewards (the weighted total) already tells: a total that is finite everywhere, with no zero
+weight, proves every reward finite, so the separate pass over the ``[N, K]`` matrix is skipped.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class Estimator:
     fn: EstimatorFn
     options: dict[str, Any]
     summary: str
+    screens_rewards: bool = False
 
     def check_options(self, options: dict[str, Any]) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -50,12 +58,16 @@ class Estimator:
 _REGISTRY: dict[str, Estimator] = {}
 
 
-def register_estimator(name: str, *, overwrite: bool = False) -> Callable[[EstimatorFn], EstimatorFn]:
+def register_estimator(
+    name: str, *, overwrite: bool = False, screens_rewards: bool = False
+) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, weights, *, **options)`` under ``name``.
 
     Options must be keyword-only parameters with defaults (``inspect.Parameter.empty`` marks a
     required option). Registering a different function under a taken name raises unless
-    ``overwrite=True``.
+    ``overwrite=True``. ``screens_rewards=True``: the estimator checks the reward values itself
+    (see the module docstring); leave it False unless the estimator calls
+    :func:`check_reward_values`.
     """
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
@@ -71,7 +83,7 @@ def register_estimator(name: str, *, overwrite: bool = False) -> Callable[[Estim
         if existing is not None and existing.fn is not fn and not overwrite:
             raise ValueError(f"an estimator named {name!r} is already registered; pass overwrite=True to replace it")
         doc = inspect.getdoc(fn) or ""
-        _REGISTRY[name] = Estimator(name, fn, options, doc.splitlines()[0] if doc else "")
+        _REGISTRY[name] = Estimator(name, fn, options, doc.splitlines()[0] if doc else "", screens_rewards)
         return fn
 
     return decorator
@@ -110,8 +122,14 @@ def as_reward_matrix(rewards: Any) -> tuple[Tensor, torch.dtype]:
 
 
 def screen_rewards(rewards: Any) -> tuple[Tensor, torch.dtype, bool]:
-    """:func:`as_reward_matrix` plus whether any entry is NaN (one fused reduction decides
-    "no NaN and no ±inf" in the common case)."""
+    """:func:`as_reward_matrix` plus whether any entry is NaN."""
+    values, out_dtype = reward_tensor(rewards)
+    return values, out_dtype, check_reward_values(values)
+
+
+def reward_tensor(rewards: Any) -> tuple[Tensor, torch.dtype]:
+    """The shape and dtype half of :func:`as_reward_matrix` (values not looked at): ``[N, K]``
+    contiguous in the dtype to compute in, and the dtype to return in."""
     if isinstance(rewards, Tensor):
         if rewards.device.type == "meta":
             raise InputError(
@@ -140,31 +158,44 @@ def screen_rewards(rewards: Any) -> tuple[Tensor, torch.dtype, bool]:
     if tensor.shape[1] == 0:
         raise InputError("rewards has no components (K = 0): pass at least one reward column")
     compute = torch.float32 if tensor.dtype in FLOAT32_COMPUTE else torch.float64
-    values = tensor.to(compute).contiguous()
-    has_nan = False
-    # One reduction: the sum is finite unless some entry is NaN or ±inf (or the sum overflows).
-    if values.numel() and not bool(torch.isfinite(values.sum())):
-        infinite = torch.isinf(values)
-        if bool(infinite.any()):
-            row, col = (int(i) for i in infinite.nonzero()[0])
-            raise InputError(
-                f"rewards contain {int(infinite.sum())} infinite value(s) (first at row {row}, component {col}): "
-                "clip them to a finite range, or use NaN to mark a component as not scored"
-            )
-        has_nan = bool(torch.isnan(values).any())
-    return values, out_dtype, has_nan
+    return tensor.to(compute).contiguous(), out_dtype
+
+
+def check_reward_values(values: Tensor) -> bool:
+    """Whether any reward is NaN (not scored); ±inf raises an :class:`InputError` naming the
+    first one. One fused reduction decides "no NaN and no ±inf" in the common case."""
+    # The sum is finite unless some entry is NaN or ±inf (or the sum overflows).
+    if not values.numel() or bool(torch.isfinite(values.sum())):
+        return False
+    infinite = torch.isinf(values)
+    if bool(infinite.any()):
+        row, col = (int(i) for i in infinite.nonzero()[0])
+        raise InputError(
+            f"rewards contain {int(infinite.sum())} infinite value(s) (first at row {row}, component {col}): "
+            "clip them to a finite range, or use NaN to mark a component as not scored"
+        )
+    return bool(torch.isnan(values).any())
+
+
+def zero_unscored(advantages: Tensor, values: Tensor) -> Tensor:
+    """``advantages`` with exact zeros on the rollouts whose every component is NaN."""
+    return torch.where(scored_rows(values), advantages, torch.zeros_like(advantages))
 
 
 def as_weights(weights: Any, num_components: int, device: torch.device) -> Tensor:
     """``[K]`` float64 weights (default all 1); wrong length or non-finite values raise."""
     if weights is None:
         return torch.ones(num_components, dtype=torch.float64, device=device)
-    w = torch.as_tensor(np.asarray(weights.detach().cpu() if isinstance(weights, Tensor) else weights, dtype=np.float64))
+    if isinstance(weights, Tensor):
+        w = weights.detach().to(device="cpu", dtype=torch.float64)
+    else:
+        w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
     if w.dim() != 1 or w.numel() != num_components:
         raise ValueError(
             f"weights must have one entry per reward component ({num_components}), got shape {tuple(w.shape)}"
         )
-    if not bool(torch.isfinite(w).all()):
+    # (K numbers: checked in Python, cheaper than a tensor reduction)
+    if not all(math.isfinite(v) for v in w.tolist()):
         raise ValueError(f"weights must be finite, got {w.tolist()}")
     return w.to(device)
 
@@ -205,7 +236,9 @@ def compute_advantages(
     """
     spec = get_estimator(estimator)
     spec.check_options(options)
-    values, out_dtype, has_nan = screen_rewards(rewards)
+    values, out_dtype = reward_tensor(rewards)
+    # (an estimator that screens its own rewards zeroes the unscored rows itself)
+    has_nan = False if spec.screens_rewards else check_reward_values(values)
     groups = make_groups(group_ids, values.shape[0], device=values.device)
     w = as_weights(weights, values.shape[1], values.device)
     if values.dtype == torch.float32 and not _fits_float32(w):
@@ -214,8 +247,7 @@ def compute_advantages(
         return torch.zeros(0, dtype=out_dtype, device=values.device)
     advantages = spec.fn(values, groups, w, **options)
     if has_nan:
-        scored = ~torch.isnan(values).all(dim=1)
-        advantages = torch.where(scored, advantages, torch.zeros_like(advantages))
+        advantages = zero_unscored(advantages, values)
     return check_output(advantages, out_dtype, estimator)
 
 
@@ -253,6 +285,7 @@ __all__ = [
     "as_reward_matrix",
     "as_weights",
     "available_estimators",
+    "check_reward_values",
     "compute_advantages",
     "get_estimator",
     "register_estimator",
