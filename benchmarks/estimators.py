@@ -20,7 +20,13 @@ the same tensors:
 
 mrgrpo runs ``compute_advantages`` end to end (validation, grouping, estimator, checks) on
 contiguous ids (TRL's layout, detected) and on shuffled ids (verl's layout). Ratios are
-mrgrpo / peer (< 1 = mrgrpo faster). Every mrgrpo result is checked against the float64
+mrgrpo / peer (< 1 = mrgrpo faster).
+
+Every function is timed from the same cache state, twice: **warm** (right after an untimed
+call of itself: its inputs and scratch memory are in the caches) and **cold** (right after a
+write of twice the last-level cache, the state a training step leaves: the model ran in
+between). Without this, a round-robin favours whichever function follows a call on the same
+tensors (verl's dr_grpo after verl's grpo, for instance). Every mrgrpo result is checked against the float64
 per-group loop oracle of ``mrgrpo.estimators.reference`` (max error relative to the largest
 advantage, goal <= 1e-6), and against the peer's result where both compute the same thing.
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -130,15 +137,38 @@ def verl_peers(rewards: torch.Tensor, weights: torch.Tensor, ids: np.ndarray) ->
     }
 
 
-def best_times(fns: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None]) -> dict[str, float]:
+def last_level_cache_bytes() -> int:
+    """Size of the CPU's largest cache (from sysfs; 32 MiB where it cannot be read)."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=32 * 2**20)
+
+
+def evictor(device: torch.device) -> Callable[[], None]:
+    """A function that flushes the caches the next call would find warm: it writes a buffer of
+    twice the last-level cache (the CPU's, or the GPU's L2 on CUDA)."""
+    if device.type == "cuda":
+        size = 2 * torch.cuda.get_device_properties(device).L2_cache_size
+    else:
+        size = 2 * last_level_cache_bytes()
+    buffer = torch.empty(max(size, 64 * 2**20) // 4, dtype=torch.float32, device=device)
+    return lambda: buffer.fill_(1.0)
+
+
+def best_times(
+    fns: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None], before: Callable[[str], None]
+) -> dict[str, float]:
     """Best-of-``repeats`` seconds per function, timed round-robin (each round calls every
-    function once), so a change in the machine's load hits mrgrpo and the peers alike."""
-    for fn in fns.values():  # warm-up
-        fn()
-    sync()
+    function once, so a change in the machine's load hits mrgrpo and the peers alike), each
+    timed call preceded by ``before(name)``: the cache state every function starts from."""
     best = {name: float("inf") for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            before(name)
+            sync()
             start = time.perf_counter()
             fn()
             sync()
@@ -158,6 +188,47 @@ def rel_error(ours: torch.Tensor, expected: np.ndarray) -> float:
     expected_t = torch.from_numpy(np.asarray(expected, dtype=np.float64))
     diff = (ours.detach().cpu().double() - expected_t).abs().max().item()
     return diff / max(expected_t.abs().max().item(), 1e-300)
+
+
+STATES = {
+    "warm": "each timed call right after an untimed call of the same function",
+    "cold": "each timed call right after a write of twice the last-level cache",
+}
+
+
+def print_tables(
+    timings: dict[str, dict[str, float]], t_trl: dict[str, float], t_verl: dict[str, float],
+    loops: dict[str, float], ms: Callable[[float], str],
+) -> None:
+    print("contiguous groups (TRL's layout)")
+    print(f"{'estimator':<13} {'mrgrpo':>10} {'TRL 1.16':>10} {'ratio':>7}   {'vs TRL gdpo':>11}")
+    for name in ESTIMATORS:
+        t = timings[name]["contiguous"]
+        peer = t_trl.get(name, t_trl["gdpo"] if name == "sa_mrpo" else None)
+        peer_s = f"{ms(peer):>10} {t / peer:>6.2f}x" if peer is not None else f"{'—':>10} {'':>7}"
+        print(f"{name:<13} {ms(t):>10} {peer_s}   {t / t_trl['gdpo']:>10.2f}x")
+    print("(sa_mrpo's TRL peer: TRL's normalize_then_sum, the same computation with fixed weights)")
+
+    print("\nshuffled group ids (verl's layout)")
+    print(f"{'estimator':<13} {'mrgrpo':>10} {'verl 0.9.1':>24} {'ratio':>8}")
+    for name in ESTIMATORS:
+        t = timings[name]["shuffled"]
+        if name in t_verl:
+            peer, label = t_verl[name], "grpo_vectorized"
+        elif name == "gdpo" and "gdpo" in loops:
+            peer, label = loops["gdpo"], "gdpo"
+        else:
+            peer, label = None, "—"
+        peer_s = f"{label + ' ' + ms(peer):>24} {t / peer:>7.3g}x" if peer is not None else f"{label:>24} {'':>8}"
+        print(f"{name:<13} {ms(t):>10} {peer_s}")
+    if "grpo" in loops:
+        print(f"verl's per-uid loop grpo: {ms(loops['grpo'])} (mrgrpo grpo {loops['grpo'] / timings['grpo']['shuffled']:.0f}x faster)")
+
+    print("\nvs gdpo (goal <= 1.5x): the fastest gdpo of the layout (TRL's for contiguous groups, mrgrpo's own otherwise)")
+    for name in ("sa_mrpo", "corr_grpo", "sa_corr_grpo"):
+        c = timings[name]["contiguous"] / min(t_trl["gdpo"], timings["gdpo"]["contiguous"])
+        s = timings[name]["shuffled"] / timings["gdpo"]["shuffled"]
+        print(f"  {name:<13} contiguous {c:.2f}x   shuffled {s:.2f}x")
 
 
 def main() -> None:
@@ -216,10 +287,16 @@ def main() -> None:
     fns.update({f"trl {name}": fn for name, fn in trl.items()})
     fns["verl grpo"] = verl["grpo_vectorized"]
     fns["verl dr_grpo"] = verl["grpo_vectorized (no std)"]
-    best = best_times(fns, args.repeats, sync)
-    timings = {name: {"contiguous": best[f"ours contiguous {name}"], "shuffled": best[f"ours shuffled {name}"]} for name in ESTIMATORS}
-    t_trl = {name: best[f"trl {name}"] for name in trl}
-    t_verl = {"grpo": best["verl grpo"], "dr_grpo": best["verl dr_grpo"]}
+    for fn in fns.values():  # warm-up (first-call allocations, lazy imports)
+        fn()
+    flush = evictor(device)
+    states = {
+        # the same call just before: its data and scratch are in the caches
+        "warm": lambda name: fns[name](),
+        # the caches flushed: a training step, where the model ran in between
+        "cold": lambda name: flush(),
+    }
+    by_state = {state: best_times(fns, args.repeats, sync, before) for state, before in states.items()}
     errors: dict[str, float] = {}
     if not args.skip_oracle:
         for name in ESTIMATORS:
@@ -239,35 +316,12 @@ def main() -> None:
         loops["gdpo"], _ = once(verl["gdpo (loop)"], sync)
 
     ms = lambda s: f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.1f} s"  # noqa: E731
-    print("\ncontiguous groups (TRL's layout)")
-    print(f"{'estimator':<13} {'mrgrpo':>10} {'TRL 1.16':>10} {'ratio':>7}   {'vs TRL gdpo':>11}")
-    for name in ESTIMATORS:
-        t = timings[name]["contiguous"]
-        peer = t_trl.get(name, t_trl["gdpo"] if name == "sa_mrpo" else None)
-        peer_s = f"{ms(peer):>10} {t / peer:>6.2f}x" if peer is not None else f"{'—':>10} {'':>7}"
-        print(f"{name:<13} {ms(t):>10} {peer_s}   {t / t_trl['gdpo']:>10.2f}x")
-    print("(sa_mrpo's TRL peer: TRL's normalize_then_sum, the same computation with fixed weights)")
-
-    print("\nshuffled group ids (verl's layout)")
-    print(f"{'estimator':<13} {'mrgrpo':>10} {'verl 0.9.1':>24} {'ratio':>8}")
-    for name in ESTIMATORS:
-        t = timings[name]["shuffled"]
-        if name in t_verl:
-            peer, label = t_verl[name], "grpo_vectorized"
-        elif name == "gdpo" and "gdpo" in loops:
-            peer, label = loops["gdpo"], "gdpo"
-        else:
-            peer, label = None, "—"
-        peer_s = f"{label + ' ' + ms(peer):>24} {t / peer:>7.3g}x" if peer is not None else f"{label:>24} {'':>8}"
-        print(f"{name:<13} {ms(t):>10} {peer_s}")
-    if "grpo" in loops:
-        print(f"verl's per-uid loop grpo: {ms(loops['grpo'])} (mrgrpo grpo {loops['grpo'] / timings['grpo']['shuffled']:.0f}x faster)")
-
-    print("\nvs gdpo (goal <= 1.5x): the fastest gdpo of the layout (TRL's for contiguous groups, mrgrpo's own otherwise)")
-    for name in ("sa_mrpo", "corr_grpo", "sa_corr_grpo"):
-        c = timings[name]["contiguous"] / min(t_trl["gdpo"], timings["gdpo"]["contiguous"])
-        s = timings[name]["shuffled"] / timings["gdpo"]["shuffled"]
-        print(f"  {name:<13} contiguous {c:.2f}x   shuffled {s:.2f}x")
+    for state, best in by_state.items():
+        print(f"\n=== caches {state}: {STATES[state]} ===")
+        timings = {name: {"contiguous": best[f"ours contiguous {name}"], "shuffled": best[f"ours shuffled {name}"]} for name in ESTIMATORS}
+        t_trl = {name: best[f"trl {name}"] for name in trl}
+        t_verl = {"grpo": best["verl grpo"], "dr_grpo": best["verl dr_grpo"]}
+        print_tables(timings, t_trl, t_verl, loops, ms)
     if errors:
         print("\nmax error vs the float64 loop oracle / max |advantage| (goal <= 1e-6): "
               + ", ".join(f"{k} {v:.1e}" for k, v in errors.items()))

@@ -1,0 +1,27 @@
+"""The benchmarks run end to end on a small batch and print every table they promise (what
+they measure is not asserted: timings are for docs/benchmarks.md, not for the test suite)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_estimator_benchmark_times_every_peer_from_both_cache_states():
+    pytest.importorskip("verl")
+    pytest.importorskip("trl")
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "estimators.py"), "--groups", "64", "--repeats", "1", "--skip-loops"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    for state in ("warm", "cold"):
+        assert f"=== caches {state}:" in out
+    assert out.count("grpo_vectorized") == 4  # grpo and dr_grpo, in each cache state
+    assert out.count("TRL 1.16") == 2
+    errors = next(line for line in out.splitlines() if line.startswith("max error vs the float64 loop oracle"))
+    values = {name: float(value) for name, value in (pair.split() for pair in errors.split(": ", 1)[1].split(", "))}
+    assert set(values) == {"grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"}
+    assert max(values.values()) <= 1e-6, values
