@@ -193,3 +193,20 @@ def test_an_estimator_that_screens_its_own_rewards_receives_them_unchecked(monke
     assert seen == [True]  # the default estimator was never called with an infinite reward
     assert registry.get_estimator("grpo").screens_rewards and registry.get_estimator("dr_grpo").screens_rewards
     assert not registry.get_estimator("gdpo").screens_rewards
+
+
+def test_a_groups_object_is_reused_as_it_is_and_must_match_the_batch():
+    from mrgrpo.estimators.groups import make_groups
+
+    rewards = torch.tensor(REWARDS * 2, dtype=torch.float64)
+    for ids in ([0, 0, 1, 1, 2, 2, 3, 3], [3, 1, 0, 2, 1, 3, 0, 2]):
+        groups = make_groups(ids, 8)
+        assert make_groups(groups, 8) is groups
+        for name in ("grpo", "gdpo", "corr_grpo"):
+            torch.testing.assert_close(
+                mrgrpo.compute_advantages(rewards, groups, name), mrgrpo.compute_advantages(rewards, ids, name)
+            )
+        with pytest.raises(ValueError, match="the Groups given are for 8 rollouts but rewards has 4 rows"):
+            mrgrpo.compute_advantages(rewards[:4], groups, "grpo")
+    moved = make_groups(ids, 8).to("cpu")
+    assert moved.num_groups == 4 and torch.equal(moved.index, make_groups(ids, 8).index)

@@ -83,6 +83,12 @@ class Groups:
         out = torch.full((self.num_groups,), self.num_rollouts, dtype=itype, device=self.device)
         return out.scatter_reduce_(0, self.index, rows, reduce="amin", include_self=True).long()
 
+    def to(self, device: torch.device | str) -> Groups:
+        """The same grouping on ``device``."""
+        device = torch.device(device)
+        codes = None if self.codes is None else self.codes.to(device)
+        return Groups(self.num_rollouts, self.num_groups, self.block_size, codes, device)
+
     # --- flat API: [N, ...] <-> [num_groups, ...] ------------------------------------------
 
     def sum(self, x: Tensor) -> Tensor:
@@ -202,11 +208,20 @@ def make_groups(group_ids: Any, num_rollouts: int, device: torch.device | None =
     ``group_ids`` may be an integer/bool tensor or numpy array, a sequence of ints, or a
     sequence of any hashables (strings such as verl's ``uid``s, tuples, ...). Groups may differ
     in size and need not be contiguous. Contiguous equal-size blocks (TRL's layout) are detected
-    in one pass and use the faster block layout.
+    in one pass and use the faster block layout. A :class:`Groups` is returned as it is (moved
+    to ``device`` if needed): a caller whose grouping repeats, such as a trainer's fixed
+    ``num_generations`` blocks, builds it once and keeps its cached index and sizes.
 
     Raises:
         InputError: wrong length, not one-dimensional, floating-point ids, unhashable ids.
     """
+    if isinstance(group_ids, Groups):
+        if group_ids.num_rollouts != num_rollouts:
+            raise InputError(
+                f"the Groups given are for {group_ids.num_rollouts} rollouts but rewards has {num_rollouts} rows: "
+                "build them for this batch (make_groups)"
+            )
+        return group_ids if device is None or group_ids.device == device else group_ids.to(device)
     ids = _ids_as_int_tensor(group_ids)
     if ids.dim() != 1:
         raise InputError(
