@@ -214,7 +214,8 @@ def compute_advantages(
             nested lists. NaN = component not scored for that rollout; ±inf is an error.
         group_ids: ``[N]`` group id per rollout (rollouts of one prompt share an id): ints, an
             integer tensor, or any hashables such as strings. Groups may differ in size and
-            need not be contiguous.
+            need not be contiguous. A :class:`Groups` from :func:`make_groups` is used as it
+            is (build it once where every batch has the same grouping).
         estimator: a registered name, see :func:`available_estimators`.
         weights: ``[K]`` component weights, default all 1.
         **options: the estimator's options (see its docstring); unknown names raise.
