@@ -9,6 +9,7 @@ from mrgrpo.estimators.groups import Groups, make_groups
 from mrgrpo.estimators.registry import (
     Estimator,
     available_estimators,
+    check_reward_values,
     compute_advantages,
     get_estimator,
     register_estimator,
@@ -18,6 +19,7 @@ __all__ = [
     "Estimator",
     "Groups",
     "available_estimators",
+    "check_reward_values",
     "corr_grpo_ema",
     "update_correlation_state",
     "compute_advantages",
