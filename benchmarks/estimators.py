@@ -151,7 +151,7 @@ def evictor(device: torch.device) -> Callable[[], None]:
     """A function that flushes the caches the next call would find warm: it writes a buffer of
     twice the last-level cache (the CPU's, or the GPU's L2 on CUDA)."""
     if device.type == "cuda":
-        size = 2 * torch.cuda.get_device_properties(device).L2_cache_size
+        size = 2 * getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 * 2**20)
     else:
         size = 2 * last_level_cache_bytes()
     buffer = torch.empty(max(size, 64 * 2**20) // 4, dtype=torch.float32, device=device)
