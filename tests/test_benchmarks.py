@@ -1,6 +1,7 @@
 """The benchmarks run end to end on a small batch and print every table they promise (what
 they measure is not asserted: timings are for docs/benchmarks.md, not for the test suite)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,3 +26,17 @@ def test_estimator_benchmark_times_every_peer_from_both_cache_states():
     values = {name: float(value) for name, value in (pair.split() for pair in errors.split(": ", 1)[1].split(", "))}
     assert set(values) == {"grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"}
     assert max(values.values()) <= 1e-6, values
+
+
+def test_training_overhead_benchmark_reads_the_trainers_own_timings():
+    pytest.importorskip("trl")
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "train_overhead.py"), "--presets", "tiny", "--steps", "3", "--every", "2", "--json"],
+        capture_output=True, text=True, timeout=600, check=True,
+    ).stdout
+    results = json.loads(out[out.index("["):])
+    assert [r["diagnostics_every"] for r in results] == [1, 2]
+    for r in results:
+        assert r["preset"] == "tiny" and r["steps"] == 3
+        assert 0 < r["mean_mrgrpo_ms"] < 1000 * r["mean_step_s"]  # a share of the step, measured inside it
+        assert r["share_percent"] == pytest.approx(r["mean_mrgrpo_ms"] / (10 * r["mean_step_s"]))
