@@ -8,7 +8,7 @@ Each preset is measured with ``diagnostics_every`` = 1 (``mrgrpo.diagnose`` ever
 with ``--every`` (default 10), in the same process. Usage::
 
     python benchmarks/train_overhead.py                    # tiny and smollm2
-    python benchmarks/train_overhead.py --presets tiny --steps 20 --estimator gdpo --every 5
+    python benchmarks/train_overhead.py --presets tiny --steps 50 --estimator gdpo --every 5
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ def measure(preset: str, steps: int, estimator: str, every: int = 1) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="tiny,smollm2")
-    parser.add_argument("--steps", type=int, default=None, help="measured steps (default 10 tiny, 2 otherwise)")
+    parser.add_argument("--steps", type=int, default=None, help="measured steps (default 50 tiny, 5 otherwise)")
     parser.add_argument("--estimator", default="corr_grpo")
     parser.add_argument("--every", type=int, default=10, help="the diagnostics_every measured besides 1")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = []
     for preset in args.presets.split(","):
-        steps = args.steps or (20 if preset == "tiny" else 2)
+        steps = args.steps or (50 if preset == "tiny" else 5)
         for every in sorted({1, args.every}):
             results.append(measure(preset, steps, args.estimator, every))
             r = results[-1]
