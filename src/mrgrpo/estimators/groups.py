@@ -464,8 +464,12 @@ def _centered_moments(
         return GroupMoments(groups, centered, count, None, None, present)  # type: ignore[arg-type]
     squares = groups.total(centered * centered)
     low, high_limit = SAFE_SUM_SQ[x.dtype]
-    unsafe = ~(squares <= high_limit) | ((squares < low) & ((squares > 0) | (shifted_sum != 0)))
-    if bool(unsafe.any()):
+    # One reduction decides the common case (every sum inside the window); only a batch with a
+    # sum below it looks for one that underflowed although the values differ.
+    smallest, largest = (float(v) for v in torch.aminmax(squares))
+    if not largest <= high_limit or (
+        smallest < low and bool(((squares < low) & ((squares > 0) | (shifted_sum != 0))).any())
+    ):
         return _scaled_moments(x.to(torch.float64), groups)
     return GroupMoments(groups, centered, count, squares, None, present)
 
