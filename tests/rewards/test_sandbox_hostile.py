@@ -280,7 +280,8 @@ def test_forged_verdict_lines_and_unsolicited_replies_earn_nothing(program):
 
 SECRET = 918273645
 READ_SECRETS = f"""
-import os, sys
+import os, stat, sys, time
+deadline = time.monotonic() + 15  # the file walk stops here: the program must end and report
 marker = b"{SECRET}"
 found = []
 
@@ -317,18 +318,33 @@ try:  # the process's own memory through ctypes, region by region (no /proc/self
             scan(ctypes.string_at(start, end - start), "own memory")
 except Exception:
     pass
+# Files: the likeliest places first (the working directory, the parent's, the temporary
+# directories), then everything, within a budget of files and time so the scan always ends
+# and reports (inside the 20 s CPU limit). Regular files only, opened non-blocking: some /proc
+# files (kmsg) block a reader.
 seen = 0
-for root, dirs, files in os.walk("/"):
-    dirs[:] = [d for d in dirs if d not in ("sys", "dev")]
-    for name in files:
-        seen += 1
-        if seen > 20000:
-            break
-        try:
-            with open(os.path.join(root, name), "rb") as handle:
-                scan(handle.read(1 << 20), os.path.join(root, name))
-        except Exception:
-            pass
+
+def walk(top):
+    global seen
+    for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d not in ("sys", "dev")]
+        for name in files:
+            seen += 1
+            if seen > 20000 or time.monotonic() > deadline:
+                return
+            path = os.path.join(root, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        scan(os.read(fd, 1 << 20), path)
+                finally:
+                    os.close(fd)
+            except Exception:
+                pass
+
+for top in (os.getcwd(), "/proc/%d/cwd" % os.getppid(), "/tmp", "/"):
+    walk(top)
 for fd in range(0, 256):
     try:
         os.set_blocking(fd, False)
