@@ -56,8 +56,7 @@ def diagnose(
       ``max_amplification`` (largest ``1/sqrt(Σρ + eps)`` in the batch).
     * ``zero_variance_fraction``: fraction of groups whose total ``T`` is constant — up to the
       rounding of its weighted components at the input's precision, so components that cancel
-      exactly count as constant (GRPO gives
-      them zero advantage).
+      exactly count as constant (GRPO gives them zero advantage).
     * ``advantage_collapse``: ``distinct_reward_profiles`` (mean distinct reward rows per group)
       and, per estimator, the mean number of distinct advantage values per group (rounded to
       ``DISTINCT_DECIMALS``). Fewer advantages than profiles = GDPO's "advantage collapse".

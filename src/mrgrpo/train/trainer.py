@@ -309,9 +309,10 @@ class MultiRewardMixin:
         v, a = values.numpy(), adv.numpy()
         present = ~np.isnan(v)
         filled = np.where(present, v, 0.0)
-        counts = present.sum(axis=0).tolist()
+        count = present.sum(axis=0)
+        counts = count.tolist()
         scored = present.any(axis=1)
-        means = (filled.sum(axis=0) / np.maximum(present.sum(axis=0), 1)).tolist()  # NaN ignored
+        means = (filled.sum(axis=0) / np.maximum(count, 1)).tolist()  # NaN ignored
         for name, count, mean in zip(self.reward_names, counts, means):
             metrics[f"mrgrpo/rewards/{name}"].append(mean if count else float("nan"))
         totals = filled[scored] @ self._weights(values).numpy()
