@@ -51,7 +51,7 @@ def _own_cpu() -> float:
 
 def _launcher_cpu() -> float:
     """CPU seconds of the sandbox launcher and of every process it has reaped."""
-    zygote = sandbox._zygote_instance
+    zygote = sandbox.processes._zygote_instance
     if zygote is None:
         return 0.0
     with open(f"/proc/{zygote.pid}/stat") as handle:

@@ -339,11 +339,22 @@ def test_run_many_keeps_order_and_isolates_hostile_neighbours():
     assert leftovers() <= before
 
 
-def test_guards_alone_without_privileges(monkeypatch, tmp_path):
-    """As a non-root caller there are no namespaces or uid drop: the audit guards still hold."""
+def refuse_every_kernel_layer(monkeypatch, opt_in: bool = True):
+    """A system with no namespaces, Landlock or seccomp; the user opted in to guards-only runs."""
     import mrgrpo.rewards.sandbox as sandbox
 
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"namespaces", "landlock", "seccomp"}))
+    if opt_in:
+        monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
+    else:
+        monkeypatch.delenv(sandbox.ALLOW_UNISOLATED_ENV, raising=False)
+
+
+def test_guards_alone_without_privileges(monkeypatch, tmp_path):
+    """Where no kernel layer is available (and the user opted in), the audit guards still hold."""
+    import mrgrpo.rewards.sandbox as sandbox
+
+    refuse_every_kernel_layer(monkeypatch)
     outside = tmp_path / "escaped"
     program = f"""
         import os, socket, subprocess
@@ -394,7 +405,7 @@ def test_full_isolation_as_root():
     result = run(job(GOOD))
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    assert result.isolation == "netns,mountns,chroot,uid"
+    assert result.isolation == "netns,mountns,pidns,chroot,uid,landlock,seccomp,guards"
 
 
 def test_guards_only_is_said_once_loudly(monkeypatch, caplog):
@@ -402,8 +413,9 @@ def test_guards_only_is_said_once_loudly(monkeypatch, caplog):
 
     import mrgrpo.rewards.sandbox as sandbox
 
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    refuse_every_kernel_layer(monkeypatch)
     monkeypatch.setattr(sandbox, "_warned", False)
+    monkeypatch.setattr(sandbox, "_logged", set())
     with caplog.at_level(logging.WARNING, logger="mrgrpo.rewards.sandbox"):
         assert run(job(GOOD)).passed and run(job(GOOD)).passed
     loud = [r for r in caplog.records if "NOT ISOLATED" in r.getMessage()]
@@ -415,14 +427,22 @@ def test_require_isolation_raises_instead_of_running_with_guards_only(monkeypatc
     from mrgrpo.errors import IsolationError, UserError
     from mrgrpo.rewards import get_suite
 
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    refuse_every_kernel_layer(monkeypatch, opt_in=False)
     with pytest.raises(IsolationError, match="cannot isolate"):
+        run(job(GOOD))
+    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"namespaces"}))
+    with pytest.raises(IsolationError, match="private root"):
         run(job(GOOD), require_isolation=True)
     with pytest.raises(UserError):
         run_many([job(GOOD)], require_isolation=True)
-    suite = get_suite("code", components=("pass",), require_isolation=True)
-    with pytest.raises(IsolationError):
-        suite.components[0](["p"], [GOOD], test=[CHECK], entry_point=["add"], test_format=["humaneval"])
+    with pytest.raises(IsolationError):  # when the suite is built, before any training step
+        get_suite("code", components=("pass",), require_isolation=True)
+    refuse_every_kernel_layer(monkeypatch, opt_in=False)
+    with pytest.raises(IsolationError, match="MRGRPO_SANDBOX_ALLOW_UNISOLATED"):
+        get_suite("code")
+    assert get_suite("code", allow_unisolated=True).components  # the risk accepted explicitly
+    suite = get_suite("code", components=("format", "syntax"))  # nothing to run: nothing to refuse
+    assert suite.components[0](["p"], ["```python\nx = 1\n```"]) == [1.0]
 
 
 def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
@@ -433,11 +453,13 @@ def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
 
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    real = sandbox._interpreter()
-    monkeypatch.setattr(sandbox, "_interpreter", lambda: (real[0], "/nonexistent-mrgrpo-stdlib"))
+    real = sandbox.processes._interpreter()
+    monkeypatch.setattr(sandbox.processes, "_interpreter", lambda: (real[0], "/nonexistent-mrgrpo-stdlib"))
+    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"landlock", "seccomp"}))
+    monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     before = leftovers()
     result = run(job(GOOD))
-    assert result.isolation == "guards" and result.passed, result
+    assert result.isolation == "netns,mountns,pidns,guards" and result.passed, result
     with pytest.raises(IsolationError):
         run(job(GOOD), require_isolation=True)
     assert leftovers() <= before
@@ -453,6 +475,6 @@ def test_the_docs_page_names_what_the_code_does():
     page = (Path(__file__).parents[2] / "docs" / "sandbox.md").read_text()
     verdicts = page.split("## Verdicts and results", 1)[1].split("##", 1)[0]
     assert {v.value for v in Verdict} <= set(re.findall(r"`(\w+)`", verdicts))
-    assert "`netns,mountns,chroot,uid`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
+    assert "`netns,mountns,pidns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
     for fn in (sandbox.run, sandbox.run_many):
         assert "require_isolation" in inspect.signature(fn).parameters

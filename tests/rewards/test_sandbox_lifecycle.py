@@ -49,10 +49,10 @@ SCRIPT = textwrap.dedent(
             return False
 
     def announce():
-        while len(sandbox._live) < 4:  # two runs (judge + candidate each) in flight
+        while len(sandbox.processes._live) < 4:  # two runs (judge + candidate each) in flight
             time.sleep(0.01)
-        announced.extend(sorted(sandbox._live))
-        print(json.dumps(sorted(sandbox._live_pids())), flush=True)
+        announced.extend(sorted(sandbox.processes._live))
+        print(json.dumps(sorted(sandbox.processes._live_pids())), flush=True)
         if mode.endswith("exception"):
             sys.stdin.readline()  # the test has seen every process alive
             os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt, caught below: the process goes on
@@ -62,7 +62,7 @@ SCRIPT = textwrap.dedent(
         results = run_many([job] * 6, workers=2)
         print(json.dumps([r.verdict.value for r in results]), flush=True)
     except KeyboardInterrupt:
-        print(json.dumps({"interrupted": sorted(sandbox._live), "alive": [p for p in announced if alive(p)]}), flush=True)
+        print(json.dumps({"interrupted": sorted(sandbox.processes._live), "alive": [p for p in announced if alive(p)]}), flush=True)
         if mode.endswith("exception"):
             sys.exit(0)
         raise
@@ -142,11 +142,11 @@ def test_a_forked_caller_starts_its_own_launcher_and_the_parents_still_ends_with
         from mrgrpo.rewards.sandbox import Job, run
         job = Job("def f():\\n    return 1\\n", "def check(c):\\n    assert c() == 1\\n", "humaneval", "f")
         assert run(job).passed
-        parent_launcher = sandbox._zygote_instance.pid
+        parent_launcher = sandbox.processes._zygote_instance.pid
         child = os.fork()
         if child == 0:  # e.g. a data-loader worker: it runs its own jobs and outlives the parent
-            ok = run(job).passed and sandbox._zygote_instance.pid != parent_launcher
-            print(json.dumps({"child_ok": ok, "child_launcher": sandbox._zygote_instance.pid, "child": os.getpid()}), flush=True)
+            ok = run(job).passed and sandbox.processes._zygote_instance.pid != parent_launcher
+            print(json.dumps({"child_ok": ok, "child_launcher": sandbox.processes._zygote_instance.pid, "child": os.getpid()}), flush=True)
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from mrgrpo.rewards._sandbox_wire import MAX_DEPTH, NotPlainData, WireError, decode, encode
+from mrgrpo.rewards.sandbox.child.wire import MAX_DEPTH, NotPlainData, WireError, decode, encode
 
 PLAIN = [
     None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**200, -(3**150), 0.0, -0.0, 1.5, float("inf"), -float("inf"),

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
-from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, run_many
+from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, probe, run_many
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
 CODE_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -194,11 +194,17 @@ class CodeExecutor:
     """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``."""
 
     def __init__(
-        self, limits: Limits | None = None, workers: int | None = None, cache_size: int = 8192, require_isolation: bool = False
+        self,
+        limits: Limits | None = None,
+        workers: int | None = None,
+        cache_size: int = 8192,
+        require_isolation: bool = False,
+        allow_unisolated: bool | None = None,
     ):
         self.limits = limits or Limits()
         self.workers = workers
         self.require_isolation = require_isolation
+        self.allow_unisolated = allow_unisolated
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple, Result] = OrderedDict()
         self._lock = threading.Lock()
@@ -212,7 +218,10 @@ class CodeExecutor:
                 if key not in self._cache and key not in todo:
                     todo[key] = job
             if todo:
-                fresh = run_many(list(todo.values()), workers=self.workers, require_isolation=self.require_isolation)
+                fresh = run_many(
+                    list(todo.values()), workers=self.workers, require_isolation=self.require_isolation,
+                    allow_unisolated=self.allow_unisolated,
+                )
                 self.executions += len(todo)
                 for key, result in zip(todo, fresh):
                     self._cache[key] = result
@@ -365,17 +374,23 @@ def code_suite(
     cache_size: int = 8192,
     limits: Limits | None = None,
     require_isolation: bool = False,
+    allow_unisolated: bool | None = None,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
     Default weights .05/.05/.05/.25/.60/.30/.20 (the paper's). ``components`` may select any
     of the nine components of this module (e.g. add ``pass_rate``); weights then default to
-    the paper's where it has one, else 1. ``require_isolation``: raise
-    :class:`mrgrpo.errors.IsolationError` rather than run code where the sandbox cannot isolate
-    it (not root); by default it runs with Python-level guards and logs a warning once.
+    the paper's where it has one, else 1. The sandbox is checked when the suite is built
+    (:func:`mrgrpo.rewards.sandbox.probe`): where it cannot isolate generated code with any
+    kernel layer (namespaces, Landlock, seccomp), :class:`mrgrpo.errors.IsolationError` is
+    raised here, before training, unless ``allow_unisolated`` (or the environment variable
+    ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
+    ``require_isolation`` also refuses a sandbox without a private root (namespaces).
     """
     components = tuple(components)
-    executor = CodeExecutor(_limits(timeout, memory_mb, limits), workers, cache_size, require_isolation)
+    executor = CodeExecutor(_limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated)
+    if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
+        probe(require_isolation=require_isolation, allow_unisolated=allow_unisolated)
     state = CodeRewardState(executor, "efficiency" in components)
     available = _components(state)
     unknown = [c for c in components if c not in available]

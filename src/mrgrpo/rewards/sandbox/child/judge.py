@@ -1,11 +1,15 @@
-"""The judge side of a sandbox run (private; read as *source* by :mod:`mrgrpo.rewards.sandbox`).
+"""The judge side of a sandbox run (runs in the judge process only).
 
-Compiled, with ``_sandbox_wire.py``, ``_sandbox_boot.py`` and ``_sandbox_candidate.py``, into the
-one namespace of a sandbox process's bootstrap (they share their names); never imported. No
-untrusted code ever runs here: :func:`_judge_main` runs a run's tests in a fresh namespace and
-calls the candidate through :class:`_Link`, which accepts plain data only; :func:`_judge_server`
-judges one run after another.
+Read as source by :mod:`mrgrpo.rewards.sandbox.child` and executed as the module
+``_mrgrpo_sandbox.judge``. No untrusted code ever runs here: :func:`_judge_main` runs a run's
+tests in a fresh namespace and calls the candidate through :class:`_Link`, which accepts plain
+data only (decoded under a CPU-time and size budget); :func:`_judge_server` judges one run after
+another.
 """
+
+from .io import _read_exact, _recv, _send
+from .wire import Budget, NotPlainData, WireError, decode, encode
+
 
 class CandidateGone(Exception):
     """The candidate's process ended (or broke the protocol) before answering."""
@@ -46,7 +50,7 @@ def _exceptions(builtins_dict):
 class _Link:
     """The judge's end of the pipe pair: one request, one reply, timed on the judge's clock."""
 
-    def __init__(self, to_fd, from_fd, cap, builtins_dict):
+    def __init__(self, to_fd, from_fd, cap, builtins_dict, decode_items=1 << 21, decode_cpu_ns=10**9):
         import select
         import time
 
@@ -57,6 +61,11 @@ class _Link:
         self.poll = select.poll()
         self.poll.register(from_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         self.exceptions = _exceptions(builtins_dict)
+        self.decode_items, self.decode_cpu_ns = decode_items, decode_cpu_ns
+
+    def decode(self, payload):
+        """A reply's plain value, under this judge's decoding budget (WireError past it)."""
+        return decode(payload, Budget(self.decode_items, self.decode_cpu_ns))
 
     def request(self, kind, payload=b"", timed=False):
         """``(kind, payload)`` of the reply, or raises (CandidateGone, ValueTooLarge).
@@ -89,8 +98,8 @@ class _Link:
 
     def raise_remote(self, payload):
         try:
-            name, message = decode(payload)
-        except WireError:
+            name, message = self.decode(payload)
+        except Exception:  # malformed, over budget, or not a pair
             name, message = "Exception", ""
         if type(name) is not str or type(message) is not str:
             name, message = "Exception", ""
@@ -107,12 +116,12 @@ class _Link:
     def value(self, kind, payload):
         if kind == b"O":
             try:
-                return decode(payload)
+                return self.decode(payload)
             except WireError as error:
                 raise NotPlainData("the candidate sent malformed data: %s" % error) from None
         if kind == b"N":
             try:
-                reason = decode(payload)
+                reason = self.decode(payload)
             except WireError:
                 reason = ""
             raise NotPlainData(reason if type(reason) is str else "not plain data")
@@ -154,7 +163,7 @@ def _name_of(error):
 
 def _invalid_name(payload):
     try:
-        name = decode(payload)[0]
+        name = decode(payload, Budget(1 << 12, 10**8))[0]
     except Exception:
         name = "SyntaxError"
     return _name_of(RemoteError(name, ""))
@@ -174,7 +183,7 @@ def _judge_main(read):
 
     job = marshal.loads(read(int(read(10))))
     posix.close(0)
-    link = _Link(4, 5, job["value_cap"], builtins.__dict__)
+    link = _Link(4, 5, job["value_cap"], builtins.__dict__, job["decode_items"], job["decode_cpu_ns"])
     try:
         kind, payload = _recv(5, 4096)
     except (EOFError, OSError, ValueError):
@@ -183,10 +192,13 @@ def _judge_main(read):
     if kind != b"H":
         report(b"error CandidateGone")
         return
-    if payload == b"unavailable":
+    unavailable = payload.startswith(b"unavailable ")
+    if unavailable:
+        payload = payload[len(b"unavailable ") :]
+    report(b"iso " + payload.replace(b" ", b"_").replace(b"\n", b"_")[:200])
+    if unavailable:
         report(b"error IsolationUnavailable")
         return
-    report(b"iso " + payload.replace(b" ", b"_").replace(b"\n", b"_")[:100])
     mode = job["mode"]
     if mode == "stdio":
         cases = job["stdio_cases"]
@@ -252,11 +264,15 @@ def _judge_main(read):
         report(b"error " + _name_of(error))
         return
     candidate = None
+    # exactly ("f", ""), ("v", value) or ("x", reason): anything else is a broken protocol
+    if not all(type(a) is tuple and len(a) == 2 and (a[0] == "v" or (a[0] in ("f", "x") and type(a[1]) is str)) for a in answers):
+        report(b"error MalformedReply")
+        return
     for name, answer in zip(wanted, answers):
-        kind_ = answer[0] if type(answer) is tuple and answer else "x"
-        if kind_ == "f":
+        kind_ = answer[0]
+        if kind_ == "f" and answer[1] == "":
             value = _Remote(link, name)
-        elif kind_ == "v" and len(answer) == 2:
+        elif kind_ == "v":
             value = answer[1]
         else:
             if name == entry:

@@ -1,127 +1,15 @@
-"""The candidate side of a sandbox run (private; read as *source* by :mod:`mrgrpo.rewards.sandbox`).
+"""The candidate side of a sandbox run (runs in the candidate process only).
 
-Compiled, with ``_sandbox_wire.py``, ``_sandbox_boot.py`` and ``_sandbox_judge.py``, into the
-one namespace of a sandbox process's bootstrap (they share their names); never imported.
-:func:`_candidate_main` isolates the process (:func:`_isolate`, :func:`_limit`,
-:func:`_install_guard`), then runs the untrusted program and serves the judge's requests.
+Read as source by :mod:`mrgrpo.rewards.sandbox.child` and executed as the module
+``_mrgrpo_sandbox.candidate``. :func:`_candidate_main` isolates the process
+(:func:`~.confine.confine`), checks that the layers in force meet the caller's minimum, installs
+the audit guards (:func:`_install_guard`), then runs the untrusted program and serves the
+judge's requests.
 """
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
-    1, 2, 4, 32, 4096, 16384, 1 << 18,
-)
-_ROOT = "/tmp/.mrgrpo-root"
-_PRIVATE_WORKDIR = "/tmp/work"
-
-
-def _isolate(job):
-    """New network + mount namespaces, a fresh root on a private tmpfs, then chroot into it.
-
-    The new root holds only the standard library (read-only, ``site-packages`` hidden),
-    ``/dev/null``/``/dev/zero``/``/dev/urandom`` and a private ``/tmp`` with the working
-    directory, all on one size-capped tmpfs that vanishes with the process: the caller's
-    files, the datasets, ``/proc`` and every other process's files are out of sight.
-    Returns ``(workdir, flags)`` or raises OSError (then back in the original mount
-    namespace, the new network namespace kept). The uid drop follows in :func:`_limit`.
-    """
-    import posix
-
-    try:
-        original_ns = posix.open("/proc/self/ns/mnt", posix.O_RDONLY)
-    except OSError:
-        original_ns = None
-
-    libc = _libc()
-    try:
-        if libc("unshare", _CLONE_NEWNS | _CLONE_NEWNET) != 0:
-            raise OSError("unshare failed")
-        try:
-            return _new_root(job, libc)
-        except OSError:
-            if original_ns is not None:  # back to the caller's view of the files for the guards-only run
-                libc("setns", original_ns, _CLONE_NEWNS)
-            raise
-    finally:
-        if original_ns is not None:
-            posix.close(original_ns)
-
-
-def _new_root(job, libc):
-    import posix
-
-    if libc("mount", None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        raise OSError("mount --make-rprivate / failed")
-    tmp_opts = b"size=%dk,mode=1777" % (job["tmpfs_kb"],)
-    if libc("mount", b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, tmp_opts) != 0:
-        raise OSError("tmpfs on /tmp failed")
-    root = _ROOT
-
-    def makedirs(path, mode=0o755):
-        at = ""
-        for part in path.strip("/").split("/"):
-            at += "/" + part
-            try:
-                posix.mkdir(at, mode)
-            except FileExistsError:
-                pass
-
-    def bind(source, target, readonly=True):
-        if libc("mount", source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
-            raise OSError("bind mount of %s failed" % source)
-        if readonly:
-            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-            libc("mount", None, target.encode(), None, flags, None)
-
-    stdlib = job["stdlib"]
-    makedirs(root + stdlib)
-    bind(stdlib, root + stdlib)
-    hidden = root + stdlib + "/site-packages"
-    try:
-        posix.stat(hidden)
-        libc("mount", b"tmpfs", hidden.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, b"size=4k,mode=755")
-    except OSError:
-        pass
-    makedirs(root + "/dev")
-    for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
-        posix.close(posix.open(root + device, posix.O_CREAT | posix.O_WRONLY, 0o644))
-        bind(device, root + device, readonly=False)
-    makedirs(root + "/tmp", 0o1777)
-    posix.chmod(root + "/tmp", 0o1777)
-    posix.mkdir(root + _PRIVATE_WORKDIR, 0o700)
-    posix.chown(root + _PRIVATE_WORKDIR, job["uid"], job["uid"])
-    posix.chdir(root)
-    if libc("chroot", b".") != 0:
-        raise OSError("chroot failed")
-    return _PRIVATE_WORKDIR, ["netns", "mountns", "chroot"]
-
-
-def _limit(job, drop_uid):
-    import resource
-
-    def cap(which, value):
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            pass
-
-    cpu = job["cpu_s"]
-    try:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    except (ValueError, OSError):
-        pass
-    cap(resource.RLIMIT_FSIZE, job["fsize"])
-    cap(resource.RLIMIT_NOFILE, job["nofile"])
-    cap(resource.RLIMIT_CORE, 0)
-    cap(resource.RLIMIT_NPROC, 1)
-    if drop_uid is not None:
-        import posix
-
-        posix.setgroups([])
-        posix.setgid(drop_uid)
-        posix.setuid(drop_uid)
-    cap(resource.RLIMIT_AS, job["address_space"])
-
+from .confine import confine
+from .io import _recv, _send
+from .wire import decode, encode
 
 _BLOCKED = frozenset(
     (
@@ -148,6 +36,8 @@ _GUARDS_ONLY_BLOCKED = frozenset(
         "ctypes.cdata/buffer", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
     )
 )
+# Modules that write files without an audit event (readline's history, sqlite and dbm databases)
+_GUARDS_ONLY_MODULES = frozenset(("readline", "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm"))
 
 
 def _install_guard(workdir, stdlib, guards_only):
@@ -209,6 +99,8 @@ def _install_guard(workdir, stdlib, guards_only):
     def guard(event, args):
         if event in _BLOCKED or (guards_only and event in _GUARDS_ONLY_BLOCKED):
             deny(event)
+        if guards_only and event == "import" and args and type_(args[0]) is str and args[0].split(".")[0] in _GUARDS_ONLY_MODULES:
+            deny("importing " + args[0])
         if event == "open":
             path, mode, flags = args
             writing = (type_(flags) is int and flags & write_flags) or (
@@ -247,22 +139,18 @@ def _candidate_main(read):
     job = marshal.loads(read(int(read(10))))
     posix.close(0)
     posix.open("/dev/null", posix.O_RDONLY)
-    workdir, flags, drop = job["workdir"], [], None
-    if job["isolate"]:
-        try:
-            workdir, flags = _isolate(job)
-            drop = job["uid"]
-        except OSError:
-            if job["require_isolation"]:
-                _send(4, b"H", b"unavailable")
-                return
-            workdir, flags = job["workdir"], []
-    posix.chdir(workdir)
-    _limit(job, drop)
-    if drop is not None:
-        flags.append("uid")
-    _send(4, b"H", ",".join(flags or ["guards"]).encode())
-    _install_guard(workdir, job["stdlib"], guards_only=drop is None)
+    workdir, layers = confine(job)
+    private = "chroot" in layers
+    minimum = job["minimum"]
+    if (minimum == "private-root" and not private) or (
+        minimum == "kernel" and not (private or "seccomp" in layers or "landlock" in layers)
+    ):
+        _send(4, b"H", b"unavailable " + ",".join(layers or ["guards"]).encode())
+        return
+    _send(4, b"H", ",".join(layers + ["guards"]).encode())
+    # Without a private root the guards also refuse ctypes and reading outside (Landlock, where
+    # present, enforces the files part in the kernel).
+    _install_guard(workdir, job["stdlib"], guards_only=not private)
     source, stdout, stderr = job["program"], sys.stdout, sys.stderr
     del job
     builtins_module = sys.modules["builtins"]

@@ -1,103 +1,36 @@
-"""Bootstrap of the sandbox processes (private; read as *source* by :mod:`mrgrpo.rewards.sandbox`).
+"""Entry points of the sandbox processes (runs in them only).
 
-Never imported by the trainer. The parent compiles this file, ``_sandbox_wire.py``,
-``_sandbox_candidate.py`` and ``_sandbox_judge.py`` once (into one namespace: they share
-their names), marshals the code objects and sends them on the stdin of a fresh ``python -I -S``
-interpreter whose ``-c`` stub (``_sandbox_zygote.STUB_PREFIX``) executes them. That
-interpreter is either the launcher (:func:`_zygote`, which forks from its pristine state a
-candidate for every run and judge servers that judge one run after another) or, without the
-launcher, one of a run's two processes itself (:func:`_boot`).
+Never imported by the trainer. :mod:`mrgrpo.rewards.sandbox.child` reads the child modules as
+source, compiles them once and sends the code objects to a fresh ``python -I -S`` interpreter
+whose ``-c`` stub (:data:`mrgrpo.rewards.sandbox.launcher.STUB_PREFIX`) executes each as a
+module of the private package ``_mrgrpo_sandbox`` (so their ``from .x import y`` lines resolve
+there as they do for a reader). That interpreter is either the launcher (:func:`_zygote`,
+which forks from its pristine state a candidate for every run and judge servers that judge
+one run after another) or, without the launcher, one of a run's two processes itself
+(:func:`_boot`).
 
 The two sides of a run:
 
-* the **candidate** (``_sandbox_candidate``): reads the program and its limits from its own
-  stdin, isolates itself (see :func:`_isolate`), sets rlimits, installs the audit guards, then
-  runs the program and serves the judge's requests on fds 3 (requests in) / 4 (replies out):
-  ``L`` load the program, ``R`` resolve names, ``C`` call a function, ``S`` run the program on
-  one stdin. Replies carry plain data only (``_sandbox_wire``). It never holds the tests, the
-  expected outputs or any fd of the caller's other than its stdin/stdout/stderr.
-* the **judge** (``_sandbox_judge``): trusted; no untrusted code ever runs in it. It reads the
-  tests (code compiled by the caller), the trusted context (e.g. HumanEval's prompt) and the
+* the **candidate** (``candidate.py``): reads the program and its limits from its own stdin,
+  isolates itself (``confine.py``), installs the audit guards, then runs the program and
+  serves the judge's requests on fds 3 (requests in) / 4 (replies out): ``L`` load the
+  program, ``R`` resolve names, ``C`` call a function, ``S`` run the program on one stdin.
+  Replies carry plain data only (``wire.py``). It never holds the tests, the expected outputs
+  or any fd of the caller's other than its stdin/stdout/stderr.
+* the **judge** (``judge.py``): trusted; no untrusted code ever runs in it. It reads the tests
+  (code compiled by the caller), the trusted context (e.g. HumanEval's prompt) and the
   stdin/stdout cases from its stdin, runs the tests in its own namespace with its own pristine
   builtins and modules, calls the candidate over the pipe (timing each call itself), decodes
-  each reply with the restricted decoder, compares, and writes the verdict lines on fd 3,
-  which only it holds. It is marked non-dumpable (no ptrace, no ``/proc/<pid>/mem``).
+  each reply with the restricted decoder, compares, and writes the verdict lines on fd 3 (a
+  Unix socket: no process can reopen it through ``/proc``), which only it holds. It and the
+  launcher are non-dumpable before any candidate exists (no ptrace, no ``/proc/<pid>/fd`` or
+  ``/proc/<pid>/mem``).
 """
 
+from .candidate import _candidate_main
+from .io import _arrange, _harden, _read_exact
+from .judge import _exceptions, _judge_main, _judge_server
 
-_SYMBOLS = {}
-
-
-def _libc():
-    """``call(name, *args)`` of a C library function (symbols resolved once, in the launcher)."""
-    import _ctypes
-
-    if not _SYMBOLS:
-        handle = _ctypes.dlopen(None)
-        for name in ("prctl", "unshare", "mount", "chroot", "setns"):
-            _SYMBOLS[name] = _ctypes.dlsym(handle, name)
-
-    def call(name, *args):
-        return _ctypes.call_function(_SYMBOLS[name], args)
-
-    return call
-
-
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
-
-
-def _harden(pdeathsig):
-    """Non-dumpable (no ptrace/process_vm_readv by same-uid processes); optional death signal."""
-    try:
-        libc = _libc()
-        libc("prctl", _PR_SET_DUMPABLE, 0, 0, 0, 0)
-        if pdeathsig:
-            libc("prctl", _PR_SET_PDEATHSIG, 9, 0, 0, 0)
-    except Exception:
-        pass
-
-
-def _arrange(sources, first):
-    """Move fds ``sources`` to ``first, first + 1, ...`` and close every other fd above them."""
-    import fcntl
-    import posix
-
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 256) for fd in sources]
-    for target, fd in enumerate(high, first):
-        posix.dup2(fd, target)
-    posix.closerange(first + len(high), 1 << 16)
-
-
-def _read_exact(fd, n):
-    import posix
-
-    data = b""
-    while len(data) < n:
-        chunk = posix.read(fd, n - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
-def _send(fd, kind, payload=b""):
-    import posix
-
-    data = memoryview(len(payload).to_bytes(4, "big") + kind + payload)
-    while data:
-        data = data[posix.write(fd, data):]
-
-
-def _recv(fd, cap):
-    """``(kind, payload)`` of one message; EOFError at end; ValueError past ``cap`` bytes."""
-    header = _read_exact(fd, 5)
-    n = int.from_bytes(header[:4], "big")
-    if n > cap:
-        raise ValueError(n)
-    return header[4:5], _read_exact(fd, n) if n else b""
-
-
-# --- process entry points -----------------------------------------------------------------
 
 def _boot(read, role):
     """Entry of a run's process started as a new interpreter (no launcher): ``role`` is
@@ -121,7 +54,7 @@ def _boot(read, role):
 _PRELOAD = (  # common in tests and programs; binascii/zlib/_ctypes need shared libraries the chroot lacks
     "typing", "collections", "re", "math", "itertools", "functools", "heapq", "string", "bisect", "copy",
     "random", "hashlib", "fractions", "statistics", "operator", "resource", "_ctypes", "binascii", "zlib",
-    "fcntl", "select",
+    "fcntl", "select", "ctypes", "struct",
 )
 
 

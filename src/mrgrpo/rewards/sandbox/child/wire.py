@@ -136,12 +136,39 @@ def _base_value(value):
     raise NotPlainData(f"a {_kind_name(value)} is not plain data (expected None, bool, int, float, complex, str, bytes, or list/tuple/dict/set of these)")
 
 
-def decode(data: bytes):
-    """The plain value in ``data`` (raises :class:`WireError`)."""
+class Budget:
+    """What one decoding may spend: ``items`` values (a container counts 16, every set or dict
+    insertion 1 more) and CPU time up to ``deadline_ns`` of ``time.process_time_ns``. Past either,
+    :class:`WireError`: a reply built to be slow to decode (a set of colliding hashes, millions of
+    tiny containers) fails in bounded time and memory."""
+
+    __slots__ = ("items", "deadline_ns", "clock", "tick")
+
+    def __init__(self, items: int, cpu_ns: int):
+        import time
+
+        self.clock = time.process_time_ns
+        self.items = items
+        self.deadline_ns = self.clock() + cpu_ns
+        self.tick = 64
+
+    def spend(self, n: int) -> None:
+        self.items -= n
+        if self.items < 0:
+            raise WireError("more values than the judge decodes in one reply")
+        self.tick -= n
+        if self.tick <= 0:
+            self.tick = 64
+            if self.clock() > self.deadline_ns:
+                raise WireError("the reply takes longer to decode than the judge allows")
+
+
+def decode(data: bytes, budget: Budget | None = None):
+    """The plain value in ``data`` (raises :class:`WireError`); ``budget``: see :class:`Budget`."""
     if type(data) is not bytes:
         raise WireError("expected bytes")
     try:
-        value, end = _decode(data, 0, 0)
+        value, end = _decode(data, 0, 0, budget)
     except WireError:
         raise
     except (struct.error, IndexError, UnicodeDecodeError, OverflowError, MemoryError, RecursionError) as error:
@@ -151,13 +178,24 @@ def decode(data: bytes):
     return value
 
 
+MAX_EQUAL_HASHES = 64
+
+
+def _check_hashes(items: list) -> None:
+    """Refuse elements whose hashes repeat more than :data:`MAX_EQUAL_HASHES` times in all: a
+    set or dict of them takes quadratic time to build (a hash-collision bomb). Plain data a
+    program honestly returns has distinct elements and almost no equal hashes."""
+    if len(items) > MAX_EQUAL_HASHES and len(items) - len({hash(item) for item in items}) > MAX_EQUAL_HASHES:
+        raise WireError("too many elements with equal hashes")
+
+
 def _length(data: bytes, at: int) -> tuple[int, int]:
     if at + 4 > len(data):
         raise WireError("truncated length")
     return _I.unpack_from(data, at)[0], at + 4
 
 
-def _decode(data: bytes, at: int, depth: int):
+def _decode(data: bytes, at: int, depth: int, budget: Budget | None):
     if depth > MAX_DEPTH:
         raise WireError(f"nested deeper than {MAX_DEPTH} levels")
     if at >= len(data):
@@ -197,15 +235,18 @@ def _decode(data: bytes, at: int, depth: int):
         n, at = _length(data, at)
         if n > len(data) - at:  # every item takes at least one byte
             raise WireError("truncated container")
+        if budget is not None:
+            budget.spend(16 + n)
         items = []
         for _ in range(n):
-            item, at = _decode(data, at, depth + 1)
+            item, at = _decode(data, at, depth + 1, budget)
             items.append(item)
         if tag == 108:
             return items, at
         if tag == 116:
             return tuple(items), at
         try:
+            _check_hashes(items)
             return (set(items) if tag == 83 else frozenset(items)), at
         except TypeError:
             raise WireError("unhashable set element") from None
@@ -213,13 +254,17 @@ def _decode(data: bytes, at: int, depth: int):
         n, at = _length(data, at)
         if 2 * n > len(data) - at:
             raise WireError("truncated dict")
-        out = {}
+        if budget is not None:
+            budget.spend(16 + 2 * n)
+        keys, values = [], []
         for _ in range(n):
-            key, at = _decode(data, at, depth + 1)
-            item, at = _decode(data, at, depth + 1)
-            try:
-                out[key] = item
-            except TypeError:
-                raise WireError("unhashable dict key") from None
-        return out, at
+            key, at = _decode(data, at, depth + 1, budget)
+            item, at = _decode(data, at, depth + 1, budget)
+            keys.append(key)
+            values.append(item)
+        try:
+            _check_hashes(keys)
+            return dict(zip(keys, values)), at
+        except TypeError:
+            raise WireError("unhashable dict key") from None
     raise WireError(f"unknown tag {tag}")

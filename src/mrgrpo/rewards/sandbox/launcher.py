@@ -1,11 +1,11 @@
-"""Client of the sandbox launcher ("zygote"), private to :mod:`mrgrpo.rewards.sandbox`.
+"""Client of the sandbox launcher ("zygote"); runs in the caller.
 
 Starting a Python interpreter and importing ``typing`` & co. costs more than most test suites
 take to run. The launcher is one fresh ``python -I -S`` interpreter (started with the same
 scrubbed environment as a direct run, never a fork of the caller) that preloads common
 standard-library modules and then forks, from that pristine, secret-free state, one
 *candidate* process per run and *judge servers* that judge one run at a time (a judge never
-runs untrusted code, so it stays pristine; see ``_sandbox_boot._judge_server``).
+runs untrusted code, so it stays pristine; see ``child/judge.py``).
 
 Protocol on a Unix socket pair: the caller sends ``C`` with a candidate's five pipe ends, or
 ``K`` with one end of a judge server's control socket, as SCM_RIGHTS; the launcher replies
@@ -24,8 +24,9 @@ import threading
 from collections.abc import Sequence
 
 #: The start of every sandbox interpreter's ``-c`` program: read the marshalled bootstrap from
-#: stdin (10-digit length, then a tuple of code objects) and run it in a fresh namespace ``g``. Callers append
-#: the line that hands control to the bootstrap.
+#: stdin (10-digit length, then ``(name, code)`` pairs, see :mod:`.child`) and execute each as the
+#: module ``_mrgrpo_sandbox.<name>``; ``g`` is the namespace of ``boot``. Callers append the line
+#: that hands control to the bootstrap.
 STUB_PREFIX = (
     "import posix,marshal,sys\n"
     "def _read(n):\n"
@@ -35,8 +36,10 @@ STUB_PREFIX = (
     "  if not c: posix._exit(70)\n"
     "  b+=c\n"
     " return b\n"
-    "g={'__name__':'__mrgrpo_boot__','__builtins__':__builtins__}\n"
-    "for _c in marshal.loads(_read(int(_read(10)))): exec(_c,g)\n"
+    "M=type(sys);P='_mrgrpo_sandbox';p=M(P);p.__path__=[];sys.modules[P]=p\n"
+    "for _n,_c in marshal.loads(_read(int(_read(10)))):\n"
+    " m=M(P+'.'+_n);m.__package__=P;sys.modules[m.__name__]=m;setattr(p,_n,m);exec(_c,m.__dict__)\n"
+    "g=sys.modules[P+'.boot'].__dict__\n"
 )
 _STUB = STUB_PREFIX + (
     "posix.close(0); posix.open('/dev/null', posix.O_RDONLY)\n"

@@ -1,0 +1,466 @@
+"""Isolation of the candidate process, before any untrusted code runs (runs in it only).
+
+Read as source by :mod:`mrgrpo.rewards.sandbox.child` and executed as the module
+``_mrgrpo_sandbox.confine`` of each sandbox interpreter. :func:`confine` applies the strongest
+layers this system allows and returns their names (``Result.isolation``):
+
+* ``userns`` (not real root): a new user namespace mapping the caller's uid and gid to
+  themselves, so the namespaces below need no privilege; every capability is dropped once
+  the private root is built.
+* ``netns``, ``mountns``, ``pidns``: no network, a private mount table, a private process
+  tree (the candidate is process 1 of it: no other process can be named, so none can be
+  signalled or traced). The process that created them stays outside as a *relay* that only
+  waits and exits as its child did.
+* ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
+  working directory: only the standard library (read-only bind, ``site-packages`` hidden),
+  ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
+* ``uid`` (real root only): a drop to a fresh per-run uid.
+* ``landlock`` (where the kernel has it): reading only the standard library and the devices,
+  writing only the working directory, no TCP, no signals or abstract sockets outside.
+* ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
+  other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
+  ``AF_UNIX`` only), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
+  ``bpf``, and calls that reach other processes' scheduling, limits or memory.
+
+Each layer is tried independently: a system that refuses namespaces (Docker's default seccomp
+profile) still gets Landlock and seccomp. ``job["refuse"]`` names layers not to try (tests
+simulate restricted systems with it).
+"""
+
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18,
+)
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
+_PRIVATE_WORKDIR = "/tmp/work"
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP = 1, 4, 38, 22
+
+
+def _c():
+    """``(libc, syscall)`` through ctypes (loaded before any untrusted code; errno kept)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    return ctypes, libc, syscall
+
+
+def _real_root():
+    """Root of the initial user namespace (then namespaces need no user namespace of their own)."""
+    import posix
+
+    if posix.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/uid_map") as handle:
+            return handle.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+def _write(path, text):
+    import posix
+
+    fd = posix.open(path, posix.O_WRONLY)
+    try:
+        posix.write(fd, text.encode())
+    finally:
+        posix.close(fd)
+
+
+def _namespaces(job, layers):
+    """Unshare the namespaces (then fork: the child is process 1 of the new PID namespace and
+    returns; the parent relays its exit and never returns). Raises OSError when refused."""
+    import posix
+
+    _, libc, _ = _c()
+    real_root = _real_root()
+    uid, gid = posix.geteuid(), posix.getegid()
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | (0 if real_root else _CLONE_NEWUSER)
+    if libc.unshare(flags) != 0:
+        raise OSError("unshare refused")
+    if not real_root:
+        # /proc/self/*_map of a non-dumpable process belong to root: dumpable while writing them
+        libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+        try:
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
+            _write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
+        finally:
+            libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        layers.append("userns")
+    layers += ["netns", "mountns"]
+    child = posix.fork()
+    if child:
+        _relay(child)
+    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    layers.append("pidns")
+    return real_root
+
+
+def _relay(child):
+    """Outside the PID namespace: hold nothing, wait for the candidate, end as it ended."""
+    import posix
+    import resource
+    import signal
+
+    posix.closerange(0, 1 << 16)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    while True:
+        try:
+            _, status = posix.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            posix._exit(70)
+    if posix.WIFSIGNALED(status):
+        sig = posix.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        posix.kill(posix.getpid(), sig)
+        posix._exit(128 + sig)
+    posix._exit(posix.WEXITSTATUS(status) if posix.WIFEXITED(status) else 70)
+
+
+def _mount_flags(path):
+    """The flags of the mount holding ``path`` that a bind remount must keep (locked in a user namespace)."""
+    import posix
+
+    f = posix.statvfs(path).f_flag
+    flags = 0
+    for bit, flag in ((1, _MS_RDONLY), (2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC),
+                      (1024, _MS_NOATIME), (2048, _MS_NODIRATIME), (4096, _MS_RELATIME)):
+        if f & bit:
+            flags |= flag
+    return flags
+
+
+def _new_root(job, real_root):
+    """A fresh root on a tmpfs mounted over this namespace's view of the working directory;
+    chroot into it. Returns the working directory inside it; raises OSError (nothing mounted)."""
+    import posix
+
+    _, libc, _ = _c()
+    top = job["workdir"]
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError("mount --make-rprivate / failed")
+    options = b"size=%dk,mode=755" % (job["tmpfs_kb"],)
+    if libc.mount(b"tmpfs", top.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+        raise OSError("tmpfs failed")
+    try:
+        return _populate(job, libc, top, real_root)
+    except OSError:
+        libc.umount2(top.encode(), 2)  # MNT_DETACH: back to the plain directory
+        raise
+
+
+def _populate(job, libc, root, real_root):
+    import posix
+
+    def makedirs(path, mode=0o755):
+        at = ""
+        for part in path.strip("/").split("/"):
+            at += "/" + part
+            try:
+                posix.mkdir(at, mode)
+            except FileExistsError:
+                pass
+
+    def bind(source, target, readonly):
+        if libc.mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+            raise OSError("bind mount of %s failed" % source)
+        if readonly:
+            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _mount_flags(source)
+            if libc.mount(None, target.encode(), None, flags, None) != 0:
+                raise OSError("read-only remount of %s failed" % source)
+
+    stdlib = job["stdlib"]
+    makedirs(root + stdlib)
+    bind(stdlib, root + stdlib, readonly=True)
+    hidden = root + stdlib + "/site-packages"
+    try:
+        posix.stat(hidden)
+    except OSError:
+        hidden = None
+    if hidden and libc.mount(b"tmpfs", hidden.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, b"size=4k,mode=755") != 0:
+        raise OSError("hiding site-packages failed")
+    makedirs(root + "/dev")
+    for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        posix.close(posix.open(root + device, posix.O_CREAT | posix.O_WRONLY, 0o644))
+        bind(device, root + device, readonly=False)
+    makedirs(root + "/tmp", 0o1777)
+    posix.chmod(root + "/tmp", 0o1777)
+    posix.mkdir(root + _PRIVATE_WORKDIR, 0o700)
+    if real_root:
+        posix.chown(root + _PRIVATE_WORKDIR, job["uid"], job["uid"])
+    posix.chdir(root)
+    if libc.chroot(b".") != 0:
+        raise OSError("chroot failed")
+    posix.chdir("/")
+    return _PRIVATE_WORKDIR
+
+
+def _drop_capabilities():
+    """Every capability gone (in the user namespace; a process without them cannot regain them)."""
+    ctypes, libc, _ = _c()
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capset(header, data) != 0:
+        raise OSError("capset failed")
+
+
+# --- Landlock ------------------------------------------------------------------------------
+
+_LL_CREATE, _LL_ADD, _LL_RESTRICT = 444, 445, 446  # the same number on every architecture
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
+_FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 14, 1 << 15
+
+
+def _landlock(readable, writable, devices):
+    """Restrict this process: read ``readable`` dirs, everything in ``writable`` dirs, read and
+    write ``devices``; no TCP; no signal or abstract socket outside. False if unsupported."""
+    import posix
+    import struct
+
+    ctypes, libc, syscall = _c()
+    abi = syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return False
+    handled = (1 << 13) - 1
+    if abi >= 2:
+        handled |= 1 << 13  # REFER
+    if abi >= 3:
+        handled |= _FS_TRUNCATE
+    if abi >= 5:
+        handled |= _FS_IOCTL_DEV
+    net = 3 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP: none allowed
+    scoped = 3 if abi >= 6 else 0  # abstract unix sockets, signals: only inside this domain
+    attr = struct.pack("=QQQ", handled, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
+    ruleset = syscall(_LL_CREATE, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    file_rights = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | (handled & (_FS_TRUNCATE | _FS_IOCTL_DEV))
+    try:
+        rules = [(p, _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE) for p in readable]
+        rules += [(p, handled) for p in writable]
+        rules += [(p, file_rights & ~_FS_EXECUTE) for p in devices]
+        for path, access in rules:
+            try:
+                fd = posix.open(path, posix.O_PATH | posix.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = struct.pack("=Qi", access, fd)
+                if syscall(_LL_ADD, ruleset, ctypes.c_int(1), rule, ctypes.c_uint32(0)) != 0:
+                    raise OSError("landlock_add_rule failed for %s" % path)
+            finally:
+                posix.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return syscall(_LL_RESTRICT, ruleset, ctypes.c_uint32(0)) == 0
+    finally:
+        posix.close(ruleset)
+
+
+# --- seccomp -------------------------------------------------------------------------------
+
+_ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
+    "x86_64": (0xC000003E, dict(
+        kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, prlimit64=302,
+        socket=41, socketpair=53, ioctl=16, clone=56, clone3=435, fork=57, vfork=58, execve=59, execveat=322,
+        deny=(101, 310, 311, 424, 434, 438, 272, 308, 165, 166, 155, 161, 321, 298, 323, 250, 248, 249, 304, 303,
+              425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 246, 320, 175, 313, 176, 169, 163, 141, 203, 144,
+              142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168),
+    )),
+    "aarch64": (0xC00000B7, dict(
+        kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, prlimit64=261,
+        socket=198, socketpair=199, ioctl=29, clone=220, clone3=435, fork=None, vfork=None, execve=221, execveat=281,
+        deny=(117, 270, 271, 424, 434, 438, 97, 268, 40, 39, 41, 51, 280, 241, 282, 219, 217, 218, 265, 264,
+              425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 104, 294, 105, 273, 106, 142, 89, 140, 122, 119,
+              118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225),
+    )),
+}
+# deny (x86_64 names): ptrace, process_vm_readv/writev, pidfd_send_signal/open/getfd, unshare, setns,
+# mount, umount2, pivot_root, chroot, bpf, perf_event_open, userfaultfd, keyctl, add_key, request_key,
+# open_by_handle_at, name_to_handle_at, io_uring_*, open_tree, move_mount, fsopen, fsconfig, fsmount,
+# fspick, mount_setattr, kexec_*, init/finit/delete_module, reboot, acct, setpriority,
+# sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr, ioprio_set, migrate_pages,
+# move_pages, get_robust_list, process_mrelease, process_madvise, kcmp, quotactl, swapon, swapoff.
+_RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+_EPERM, _ENOSYS = 1, 38
+_TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
+
+
+def seccomp_program(machine, me):
+    """The filter as bytes of ``struct sock_filter`` (None for an architecture it does not know).
+
+    ``me``: this process's pid, the only target signals may go to."""
+    import struct
+
+    if machine not in _ARCHES:
+        return None
+    audit_arch, nr = _ARCHES[machine]
+    code = []  # (opcode, jt label or offset, jf label or offset, k)
+
+    def ld(offset):
+        code.append((0x20, 0, 0, offset))  # BPF_LD | BPF_W | BPF_ABS
+
+    def jeq(k, jt, jf=0):
+        code.append((0x15, jt, jf, k))
+
+    def ret(k):
+        code.append((0x06, 0, 0, k))
+
+    def label(name):
+        code.append(("label", name))
+
+    ld(4)
+    jeq(audit_arch, 1)
+    ret(_RET_KILL)
+    ld(0)
+    code.append((0x35, "eperm", 0, 0x40000000))  # JGE: x32 and other ABIs
+    for number in nr["deny"]:
+        jeq(number, "eperm")
+    for name in ("clone", "fork", "vfork", "execve", "execveat", "socket"):
+        if nr[name] is not None:
+            jeq(nr[name], "eperm")
+    jeq(nr["clone3"], "enosys")
+    for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+        jeq(nr[name], "self")
+    jeq(nr["prlimit64"], "self_or_zero")
+    jeq(nr["socketpair"], "unix")
+    jeq(nr["ioctl"], "ioctl")
+    ret(_RET_ALLOW)
+    label("self")
+    ld(16)  # args[0], low 32 bits (pid_t)
+    jeq(me, "allow", "eperm")
+    label("self_or_zero")
+    ld(16)
+    jeq(0, "allow")
+    jeq(me, "allow", "eperm")
+    label("unix")
+    ld(16)
+    jeq(1, "allow", "eperm")  # AF_UNIX
+    label("ioctl")
+    ld(24)  # args[1], the request
+    jeq(_TIOCSTI, "eperm")
+    jeq(_TIOCLINUX, "eperm", "allow")
+    label("allow")
+    ret(_RET_ALLOW)
+    label("eperm")
+    ret(_RET_ERRNO | _EPERM)
+    label("enosys")
+    ret(_RET_ERRNO | _ENOSYS)
+
+    where, index = {}, 0
+    for item in code:
+        if item[0] == "label":
+            where[item[1]] = index
+        else:
+            index += 1
+    out = bytearray()
+    index = 0
+    for item in code:
+        if item[0] == "label":
+            continue
+        op, jt, jf, k = item
+        jt = where[jt] - index - 1 if type(jt) is str else jt
+        jf = where[jf] - index - 1 if type(jf) is str else jf
+        if not (0 <= jt < 256 and 0 <= jf < 256):
+            raise ValueError("seccomp jump out of range")
+        out += struct.pack("=HBBI", op, jt, jf, k)
+        index += 1
+    return bytes(out)
+
+
+def _seccomp():
+    """Install the filter on this process (inherited by anything it could start). False if unsupported."""
+    import posix
+
+    ctypes, libc, _ = _c()
+    program = seccomp_program(posix.uname().machine, posix.getpid())
+    if program is None:
+        return False
+    buffer = ctypes.create_string_buffer(program, len(program))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Fprog(len(program) // 8, ctypes.addressof(buffer))
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
+
+
+# --- rlimits -------------------------------------------------------------------------------
+
+def limit(job, drop_uid, init=False):
+    """rlimits; ``init``: this process is process 1 of its PID namespace, which ignores SIGXCPU,
+    so the CPU limit's soft and hard values are one (SIGKILL when it is reached)."""
+    import resource
+
+    def cap(which, value):
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+    cpu = job["cpu_s"]
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu if init else cpu + 1))
+    except (ValueError, OSError):
+        pass
+    cap(resource.RLIMIT_FSIZE, job["fsize"])
+    cap(resource.RLIMIT_NOFILE, job["nofile"])
+    cap(resource.RLIMIT_CORE, 0)
+    cap(resource.RLIMIT_NPROC, 1)
+    if drop_uid is not None:
+        import posix
+
+        posix.setgroups([])
+        posix.setgid(drop_uid)
+        posix.setuid(drop_uid)
+    cap(resource.RLIMIT_AS, job["address_space"])
+
+
+def confine(job):
+    """Isolate this process; ``(working directory, layer names)``. The caller then checks the
+    layers against the required minimum before any untrusted code runs."""
+    import posix
+
+    refuse = job["refuse"]
+    layers = []
+    workdir = job["workdir"]
+    real_root = False
+    namespaced = False
+    if "namespaces" not in refuse:
+        try:
+            real_root = _namespaces(job, layers)
+            namespaced = True
+        except OSError:
+            layers = []
+    if namespaced and "chroot" not in refuse:
+        try:
+            workdir = _new_root(job, real_root)
+            layers.append("chroot")
+        except OSError:
+            pass
+    posix.chdir(workdir)
+    drop = job["uid"] if real_root and "chroot" in layers else None
+    limit(job, drop, init="pidns" in layers)
+    if drop is not None:
+        layers.append("uid")
+    elif namespaced:
+        _drop_capabilities()
+    if "landlock" not in refuse:
+        try:
+            if _landlock([job["stdlib"]], [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"]):
+                layers.append("landlock")
+        except OSError:
+            pass
+    if "seccomp" not in refuse and _seccomp():
+        layers.append("seccomp")
+    return workdir, layers

@@ -1,0 +1,386 @@
+"""Starting, feeding, collecting and ending the two processes of each run (runs in the caller).
+
+The launcher (:mod:`.launcher`) is started on first use and forks a candidate per run and
+judge servers reused from run to run; without it (``launcher=False``, or after it died three
+times) both are new interpreters. Every channel the caller holds that carries trusted data
+(the judge's job, the judge's report) is a Unix socket pair: a socket cannot be reopened
+through ``/proc/<pid>/fd``, so a same-uid process cannot write a verdict into the caller or read
+another run's tests out of it, although the caller's own process stays dumpable.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from functools import lru_cache
+
+from mrgrpo.rewards.sandbox.child import bootstrap_code
+from mrgrpo.rewards.sandbox.launcher import STUB_PREFIX, Zygote, ZygoteDied
+from mrgrpo.rewards.sandbox.results import Limits, Result, parse_report
+
+# Once the judge is done, the candidate sees its requests end and exits by itself (its PID
+# namespace's relay passes on how its child ended: a segfault stays a segfault); it is killed
+# when it has not within this time.
+_EXIT_GRACE_S = 0.2
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
+@lru_cache(maxsize=1)
+def _interpreter() -> tuple[str, str]:
+    """(real interpreter path, standard library directory) for the child."""
+    import sysconfig
+
+    return os.path.realpath(sys.executable), os.path.realpath(sysconfig.get_paths()["stdlib"])
+
+
+# --- launching the two processes ----------------------------------------------------------
+
+_zygote_lock = threading.Lock()
+_zygote_instance: Zygote | None = None
+_zygote_deaths = 0
+_MAX_ZYGOTE_DEATHS = 3  # then every run starts fresh interpreters instead
+
+
+def _zygote() -> Zygote | None:
+    """The process's launcher, started on first use (again after a fork of the caller)."""
+    global _zygote_instance, _zygote_deaths
+    with _zygote_lock:
+        z = _zygote_instance
+        if z is not None and z.alive and z.owner == os.getpid():
+            return z
+        if _zygote_deaths >= _MAX_ZYGOTE_DEATHS:
+            return None
+        try:
+            _zygote_instance = Zygote(_interpreter()[0], _ENV, bootstrap_code())
+        except OSError:
+            _zygote_deaths = _MAX_ZYGOTE_DEATHS
+            return None
+        return _zygote_instance
+
+
+def _drop_zygote(z: Zygote) -> None:
+    global _zygote_instance, _zygote_deaths
+    with _zygote_lock:
+        if _zygote_instance is z:
+            _zygote_instance = None
+            _zygote_deaths += 1
+    z.close()
+
+
+def _forget_zygote_in_child() -> None:
+    """After a fork of the caller: drop the child's copies of the launcher's sockets, so the
+    launcher still sees its owner's end close when the owner exits (the child starts its own)."""
+    global _zygote_instance
+    z, _zygote_instance = _zygote_instance, None
+    if z is not None:
+        for _, sock in z.idle_judges:
+            sock.close()
+        z.forget()
+
+
+os.register_at_fork(after_in_child=_forget_zygote_in_child)
+
+
+@atexit.register
+def _close_zygote() -> None:
+    """At interpreter exit: end the launcher, and with it every sandbox process, and reap it."""
+    global _zygote_instance
+    with _zygote_lock:
+        z, _zygote_instance = _zygote_instance, None
+    if z is not None and z.owner == os.getpid():
+        z.close()
+
+
+class _DirectPair:
+    """Judge and candidate started as new interpreters (``python -I -S -c <stub> <fds>``)."""
+
+    def start(self, judge_fds, candidate_fds) -> tuple[int, int]:
+        exe = _interpreter()[0]
+        self.procs = {}
+        j_in, j_report, j_to, j_from = judge_fds
+        c_in, c_out, c_err, c_from, c_to = candidate_fds
+        for role, stdin, stdout, stderr, extra in (
+            ("candidate", c_in, c_out, c_err, (c_from, c_to)),
+            ("judge", j_in, subprocess.DEVNULL, subprocess.DEVNULL, (j_report, j_to, j_from)),
+        ):
+            stub = STUB_PREFIX + f"g['_boot'](_read, {role!r})\n"
+            proc = subprocess.Popen(
+                [exe, "-I", "-S", "-c", stub, *map(str, extra)],
+                stdin=stdin, stdout=stdout, stderr=stderr, env=_ENV, cwd="/",
+                start_new_session=True, pass_fds=extra,
+            )
+            self.procs[proc.pid] = proc
+        judge_pid, candidate_pid = list(self.procs)[1], list(self.procs)[0]
+        return judge_pid, candidate_pid
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        try:
+            return self.procs[pid].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def end(self, pids: tuple[int, int], judge_done: bool) -> int | None:
+        judge_pid, candidate_pid = pids
+        returncode = self.wait(candidate_pid, _EXIT_GRACE_S) if judge_done else None
+        _kill(candidate_pid)
+        if not judge_done:
+            _kill(judge_pid)
+        if returncode is None:
+            returncode = self.wait(candidate_pid, 5.0)
+        if self.wait(judge_pid, 1.0) is None:
+            _kill(judge_pid)
+            self.wait(judge_pid, 5.0)
+        return returncode
+
+
+class _ZygotePair:
+    """A judge server (reused from run to run) and a candidate forked by the launcher."""
+
+    def __init__(self, zygote: Zygote):
+        self.zygote = zygote
+        self.judge: tuple[int, socket.socket] | None = None
+
+    def _judge(self) -> tuple[int, socket.socket]:
+        with _zygote_lock:
+            if self.zygote.idle_judges:
+                return self.zygote.idle_judges.pop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = self.zygote.spawn(b"K", [theirs.fileno()])
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return pid, ours
+
+    def start(self, judge_fds, candidate_fds) -> tuple[int, int]:
+        for attempt in range(3):
+            pid, sock = self._judge()
+            try:
+                socket.send_fds(sock, [b"J"], list(judge_fds))
+                break
+            except OSError:  # that judge server is gone: take another
+                sock.close()
+                _kill(pid)
+                if attempt == 2:
+                    raise ZygoteDied("sandbox judge servers keep failing") from None
+        self.judge = (pid, sock)
+        try:
+            candidate = self.zygote.spawn(b"C", candidate_fds)
+        except BaseException:
+            self.end_judge(ok=False)
+            raise
+        return pid, candidate
+
+    def end_judge(self, ok: bool) -> None:
+        """The run is over: keep its judge for the next run (``ok``) or kill and reap it."""
+        pid, sock = self.judge  # type: ignore[misc]
+        if ok and not self.zygote.exited(pid):
+            with _zygote_lock:
+                if self.zygote.alive:
+                    self.zygote.idle_judges.append((pid, sock))
+                    return
+        sock.close()
+        _kill(pid)
+        self.zygote.wait(pid, 5.0)
+
+    def end(self, pids: tuple[int, int], judge_done: bool) -> int | None:
+        judge_pid, candidate_pid = pids
+        returncode = self.zygote.wait(candidate_pid, _EXIT_GRACE_S) if judge_done else None
+        _kill(candidate_pid)
+        if returncode is None:
+            returncode = self.zygote.wait(candidate_pid, 5.0)
+        self.end_judge(judge_done)
+        return returncode
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        return self.zygote.wait(pid, timeout)
+
+
+_live_lock = threading.Lock()
+_live: set[int] = set()  # pids of the judge and candidate processes of runs in progress
+
+
+def _live_pids() -> set[int]:
+    """Sandbox processes started and not yet reaped: runs in progress, idle judge servers and
+    the launcher."""
+    with _live_lock:
+        pids = set(_live)
+    z = _zygote_instance
+    if z is not None and z.alive:
+        pids.add(z.pid)
+        pids.update(pid for pid, _ in list(z.idle_judges))
+    return pids
+
+
+def _kill(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_all_live() -> None:
+    with _live_lock:
+        pids = list(_live)
+    for pid in pids:
+        _kill(pid)
+
+
+def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -> Result:
+    # judge: stdin, report (sockets: see the module's docstring); candidate: stdin, stdout,
+    # stderr; judge->candidate, candidate->judge (pipes only the two processes hold)
+    j_in, report = (tuple(reversed([s.detach() for s in socket.socketpair()])) for _ in range(2))
+    c_in, c_out, c_err, j2c, c2j = (os.pipe() for _ in range(5))
+    judge_fds = (j_in[0], report[1], j2c[1], c2j[0])
+    candidate_fds = (c_in[0], c_out[1], c_err[1], j2c[0], c2j[1])
+    ours = (j_in[1], report[0], c_in[1], c_out[0], c_err[0])
+    # Fill both stdin pipes before the processes exist (a pipe holds 64 KiB), so that each
+    # starts working at once; _collect writes whatever did not fit.
+    stdins = tuple(_prefill(fd, data) for fd, data in ((j_in[1], stdins[0]), (c_in[1], stdins[1])))
+    started = time.monotonic()
+    pids: tuple[int, int] | None = None
+    try:
+        try:
+            with _live_lock:  # register before the pids exist: a cancel kills them
+                pids = pair.start(judge_fds, candidate_fds)
+                _live.update(pids)
+        finally:
+            for fd in judge_fds + candidate_fds:
+                os.close(fd)
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    owned = set(ours)  # _collect closes the stdins early and removes them: never close twice
+    got = None
+    try:
+        got = _collect(pids, ours, owned, stdins, limits, started)
+    finally:
+        for fd in owned:
+            os.close(fd)
+        # the judge has spoken (or failed): the candidate's part is over
+        returncode = pair.end(pids, judge_done=got is not None and got[4])
+        with _live_lock:
+            _live.difference_update(pids)
+    reports, stdout, stderr, killed_for, _ = got
+    return parse_report(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
+
+
+def execute(stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, launcher: bool) -> Result:
+    """One run: the judge's and the candidate's framed jobs -> the judged :class:`Result`."""
+    zygote = _zygote() if launcher else None
+    if zygote is not None:
+        try:
+            return _run_pair(_ZygotePair(zygote), stdins, n_cases, limits)
+        except ZygoteDied:
+            _drop_zygote(zygote)
+    boot = bootstrap_code()
+    return _run_pair(_DirectPair(), tuple(b"%010d" % len(boot) + boot + s for s in stdins), n_cases, limits)
+
+
+def _prefill(fd: int, data: bytes) -> bytes:
+    """Write what fits into ``fd`` (a pipe or socket) without blocking; the rest."""
+    os.set_blocking(fd, False)
+    try:
+        return data[os.write(fd, data) :]
+    except BlockingIOError:
+        return data
+
+
+def _collect(pids, fds, owned, stdins, limits, started):
+    """Feed both stdins, gather output and the judge's report until the judge is done (then a
+    short grace for the candidate's last output) or the deadline; kills on timeout/output."""
+    judge_pid, candidate_pid = pids
+    j_in, report_fd, c_in, out_fd, err_fd = fds
+    deadline = started + limits.wall_s
+    grace_end = deadline
+    selector = selectors.DefaultSelector()
+    buffers = {out_fd: bytearray(), err_fd: bytearray(), report_fd: bytearray()}
+    for fd in buffers:
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ)
+    pending = {}
+    for fd, data in ((j_in, stdins[0]), (c_in, stdins[1])):
+        if data:
+            pending[fd] = memoryview(data)
+            selector.register(fd, selectors.EVENT_WRITE)
+        else:
+            owned.discard(fd)
+            os.close(fd)
+    open_reads = set(buffers)
+    total = 0
+    killed_for = None
+    try:
+        while open_reads:
+            now = time.monotonic()
+            if now >= deadline:
+                killed_for = "timeout"
+                break
+            if report_fd not in open_reads and now >= grace_end:
+                break
+            for key, _ in selector.select(min(deadline, grace_end) - now):
+                fd = key.fd
+                if fd in pending:
+                    try:
+                        pending[fd] = pending[fd][os.write(fd, pending[fd][: 1 << 16]) :]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        pending[fd] = pending[fd][:0]
+                    if not pending[fd]:
+                        del pending[fd]
+                        selector.unregister(fd)
+                        owned.discard(fd)
+                        os.close(fd)
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    selector.unregister(fd)
+                    open_reads.discard(fd)
+                    if fd == report_fd:
+                        grace_end = min(deadline, time.monotonic() + 0.5)
+                    continue
+                keep = buffers[fd]
+                if fd == report_fd:
+                    if len(keep) < (1 << 20):
+                        keep += chunk
+                    continue
+                total += len(chunk)
+                if len(keep) < limits.output_bytes:
+                    keep += chunk[: limits.output_bytes - len(keep)]
+                if total > limits.kill_output_bytes:
+                    killed_for = "output"
+                    break
+            if killed_for:
+                break
+    finally:
+        selector.close()
+    if killed_for:
+        _kill(judge_pid)
+    reports = bytes(buffers[report_fd]).decode("ascii", "replace").splitlines()
+    judge_done = not killed_for and report_fd not in open_reads and bool(reports) and reports[-1].split()[0] in _LAST
+    return (
+        reports,
+        bytes(buffers[out_fd]).decode("utf-8", "replace"),
+        bytes(buffers[err_fd]).decode("utf-8", "replace"),
+        killed_for,
+        judge_done,
+    )
+
+
+_LAST = ("done", "error", "invalid")  # the judge's last line of a run it finished
+
+

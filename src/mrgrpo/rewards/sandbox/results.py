@@ -1,0 +1,221 @@
+"""The sandbox's values (:class:`Verdict`, :class:`Limits`, :class:`Job`, :class:`Result`) and the
+reading of a judge's report into a :class:`Result` (runs in the caller)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Verdict(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    CRASHED = "crashed"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one run.
+
+    Attributes:
+        wall_s: wall-clock seconds before both processes are killed (verdict ``timeout``).
+        cpu_s: CPU seconds of the candidate (``RLIMIT_CPU``; SIGXCPU -> ``timeout``).
+        memory_mb: the candidate's address space (``RLIMIT_AS``); ``MemoryError`` -> ``memory``.
+        file_size_mb: largest file the program may write (``RLIMIT_FSIZE``).
+        open_files: ``RLIMIT_NOFILE``.
+        tmpfs_mb: size of the private filesystem (isolated mode).
+        output_bytes: stdout and stderr are each kept up to this many bytes.
+        kill_output_bytes: a run writing more than this in total is killed
+            (verdict ``error``, ``error_type`` ``OutputLimitExceeded``).
+        reply_bytes: the largest reply (one return value, one stdio case's output) the judge
+            accepts; a larger one fails that case (``ValueTooLarge``) and ends the candidate.
+        decode_cpu_s, decode_items: the judge's budget for decoding one reply (CPU seconds;
+            values, each container counting 16): past it that case fails (``NotPlainData``,
+            e.g. a set of colliding hashes) in bounded time and the run goes on.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 1024
+    file_size_mb: int = 16
+    open_files: int = 64
+    tmpfs_mb: int = 64
+    output_bytes: int = 64 * 1024
+    kill_output_bytes: int = 8 * 1024 * 1024
+    reply_bytes: int = 16 * 1024 * 1024
+    decode_cpu_s: float = 1.0
+    decode_items: int = 1 << 21
+
+
+@dataclass(frozen=True)
+class Job:
+    """One program and its tests.
+
+    Attributes:
+        program: Python source (untrusted), run in the candidate process.
+        tests: for ``humaneval`` the test module defining ``check(candidate)``; for
+            ``assert`` assert statements (a string or a list); for ``stdio`` a sequence of
+            ``(stdin, expected_stdout)`` pairs; ignored for ``none`` (program only).
+        test_format: ``humaneval`` | ``assert`` | ``stdio`` | ``none``.
+        entry_point: the function handed to ``check`` (``humaneval``).
+        limits: per-run limits (default :class:`Limits`).
+        context: trusted code the tests rely on (HumanEval's prompt: imports and helpers such
+            as ``poly``), run in the judge before the tests. Functions it only declares (body =
+            docstring / ``pass`` / ``...``) and ``entry_point`` come from the program; every
+            other name the tests use is looked up in the judge first (its builtins, the
+            context, the tests), then among the program's module-level definitions.
+    """
+
+    program: str
+    tests: str | Sequence = ""
+    test_format: str = "none"
+    entry_point: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    context: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one run did.
+
+    Attributes:
+        verdict: see :class:`Verdict`.
+        error_type: exception type name for ``error``/``failed``/``memory``/``invalid``.
+        cases_passed / cases_total: test cases passed (judged by the judge), out of all cases.
+        loaded: the program's top-level code ran without an exception (stdio: the first case
+            ran without one).
+        test_time: seconds of wall time of the candidate's calls (each from the judge sending
+            the request to receiving the reply), summed, measured by the judge; ``None`` if
+            the tests did not finish.
+        wall_time: seconds from spawn to exit, as seen by the caller.
+        stdout, stderr: the program's captured output, each capped at ``Limits.output_bytes``.
+        returncode: the candidate's exit status (negative: killed by that signal).
+        isolation: what the candidate achieved: e.g. ``netns,mountns,chroot,uid`` or ``guards``.
+    """
+
+    verdict: Verdict
+    error_type: str | None = None
+    cases_passed: int = 0
+    cases_total: int = 0
+    loaded: bool = False
+    test_time: float | None = None
+    wall_time: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = None
+    isolation: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASSED
+
+    @property
+    def pass_rate(self) -> float:
+        return self.cases_passed / self.cases_total if self.cases_total else float(self.passed)
+
+
+_FAILED_KINDS = ("AssertionError", "WrongAnswer", "NotPlainData")
+
+
+def _read_report(reports: Sequence[str], n_cases: int):
+    """The judge's lines, checked against the protocol: ``iso <layers>``, at most one
+    ``loaded``, ``case <i> ok|fail <reason>`` with ``i`` = 0, 1, 2... in order, and exactly one
+    last line ``done <n> <ns>`` (``n`` the cases reported), ``error <reason>`` or
+    ``invalid <reason>`` (alone, or after ``iso`` and what came before). Anything else, out of
+    order or after the last line -> ``None`` (the run fails as ``JudgeProtocol``)."""
+    isolation, loaded, terminal = "", False, None
+    outcomes: list[str | None] = []
+    for at, line in enumerate(reports):
+        words = line.split()
+        if terminal is not None or not words:
+            return None
+        kind = words[0]
+        if kind == "iso" and len(words) == 2 and at == 0:
+            isolation = words[1]
+        elif kind == "loaded" and len(words) == 1 and not loaded and isolation:
+            loaded = True
+        elif kind == "case" and isolation and len(words) in (3, 4) and words[1] == str(len(outcomes)):
+            if len(outcomes) >= n_cases:
+                return None
+            if words[2] == "ok" and len(words) == 3:
+                outcomes.append(None)
+            elif words[2] == "fail" and len(words) == 4:
+                outcomes.append(words[3])
+            else:
+                return None
+        elif kind == "done" and isolation and len(words) == 3 and words[1] == str(len(outcomes)) and words[2].isdigit():
+            terminal = ("done", int(words[2]) / 1e9)
+        elif kind in ("error", "invalid") and len(words) == 2:
+            terminal = (kind, words[1])
+        else:
+            return None
+    return isolation, loaded, outcomes, terminal
+
+
+def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr) -> Result:
+    """The judge's report lines (trusted, checked) + the candidate's exit status -> a Result."""
+    read = _read_report(reports, n_cases)
+    isolation = read[0] if read else ""
+    loaded = bool(read and read[1])
+    outcomes = read[2] if read else []
+    terminal = read[3] if read else None
+    cases_passed = sum(1 for o in outcomes if o is None)
+    common = dict(
+        cases_passed=cases_passed, cases_total=n_cases, loaded=loaded, wall_time=wall,
+        stdout=stdout, stderr=stderr, returncode=returncode, isolation=isolation,
+    )
+    if killed_for == "output":
+        return Result(Verdict.ERROR, error_type="OutputLimitExceeded", **common)
+    if killed_for == "timeout":
+        return Result(Verdict.TIMEOUT, error_type="Timeout", **common)
+    if read is None:
+        return Result(Verdict.ERROR, error_type="JudgeProtocol", **{**common, "cases_passed": 0})
+    if terminal is None:
+        return Result(Verdict.ERROR, error_type="JudgeFailed", **common)
+    kind, value = terminal
+    first_failure = next((o for o in outcomes if o is not None), None)
+    if kind == "invalid":
+        return Result(Verdict.INVALID, error_type=value, **common)
+    if kind == "error":
+        if value == "CandidateGone" or (first_failure == "CandidateGone"):
+            return _candidate_ended(returncode, stderr, common)
+        verdict = Verdict.MEMORY if value == "MemoryError" else Verdict.ERROR
+        return Result(verdict, error_type=value, **common)
+    if len(outcomes) != n_cases:
+        return Result(Verdict.ERROR, error_type="JudgeFailed", **common)  # pragma: no cover
+    test_time = value
+    if first_failure is None:
+        return Result(Verdict.PASSED, test_time=test_time, **common)
+    if first_failure == "CandidateGone":
+        return _candidate_ended(returncode, stderr, common)
+    if first_failure in _FAILED_KINDS:
+        return Result(Verdict.FAILED, error_type=first_failure, test_time=test_time, **common)
+    if first_failure == "MemoryError":
+        return Result(Verdict.MEMORY, error_type=first_failure, test_time=test_time, **common)
+    return Result(Verdict.ERROR, error_type=first_failure, test_time=test_time, **common)
+
+
+def _candidate_ended(returncode, stderr, common) -> Result:
+    """The candidate's process ended without answering: its exit status says how."""
+    memory_hint = "MemoryError" in stderr or "Cannot allocate memory" in stderr
+    if returncode is not None and returncode < 0:
+        sig = -returncode
+        if sig in (signal.SIGXCPU, signal.SIGKILL):
+            return Result(Verdict.TIMEOUT, error_type="CPUTimeExceeded", **common)
+        if memory_hint:
+            return Result(Verdict.MEMORY, error_type="MemoryError", **common)
+        if sig == signal.SIGXFSZ:
+            return Result(Verdict.ERROR, error_type="FileSizeExceeded", **common)
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+        return Result(Verdict.CRASHED, error_type=name, **common)
+    if memory_hint:
+        return Result(Verdict.MEMORY, error_type="MemoryError", **common)
+    return Result(Verdict.ERROR, error_type="EarlyExit", **common)
+
+
