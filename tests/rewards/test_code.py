@@ -104,7 +104,7 @@ def test_components_on_a_spectrum_of_completions():
         "```python\ndef add(a, b):\n    pass\nreturn 1\n```",          # parses, does not compile
         [{"role": "assistant", "content": "```python\ndef add(a, b):\n    return b + a\n```"}],  # chat
     ]
-    got = score(get_suite("code"), completions)
+    got = score(get_suite("code", min_reference_s=0.0), completions)  # time even a reference this fast
     assert got["format"] == [1.0, 0.0, 1.0, 1.0, 0.5, 1.0, 1.0]
     assert got["syntax"] == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
     assert got["compile"] == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0]

@@ -423,7 +423,7 @@ def test_patched_clocks_do_not_shorten_the_judged_time():
 
 
 def test_patched_clocks_earn_no_efficiency_against_a_fast_reference():
-    suite = get_suite("code", components=("pass", "efficiency"))
+    suite = get_suite("code", components=("pass", "efficiency"), min_reference_s=0.0)
     test = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(2) == 3\n"
     columns = {"test": [test], "entry_point": ["f"], "code_prefix": [""], "test_format": ["humaneval"],
                "reference": ["def f(x):\n    return x + 1\n"]}
@@ -492,3 +492,38 @@ def test_the_caller_survives_and_nothing_is_left_behind():
         assert sandbox.processes._live_pids() == {zygote.pid} | judges
         children = open(f"/proc/{zygote.pid}/task/{zygote.pid}/children").read().split()
         assert {int(c) for c in children} == judges
+
+
+# --- efficiency: what it measures cannot be gamed ------------------------------------------
+
+HEAVY_TESTS = "def check(candidate):\n" + "".join(f"    assert candidate({n}) == {sum(i * i for i in range(n))}\n" for n in (60000, 70000, 80000, 90000))
+HONEST = "def f(n):\n    total = 0\n    for i in range(n):\n        total += i * i\n    return total\n"
+PRECOMPUTED = HONEST.replace("def f(n)", "def _slow(n)") + "_answers = {n: _slow(n) for n in (60000, 70000, 80000, 90000)}\ndef f(n):\n    return _answers[n]\n"
+# A reference that does the work twice: the candidate's algorithm is exactly twice as fast.
+TWICE_THE_WORK = HONEST.replace("    return total\n", "    check = 0\n    for i in range(n):\n        check += i * i\n    return total if check == total else -1\n")
+BURN_AT_LOAD = "while True:\n    pass\n"
+EFFICIENCY_ATTACKS = {"precompute-at-import": PRECOMPUTED, "burn-while-others-are-timed": BURN_AT_LOAD}
+
+
+def efficiency_of(programs, reference=HONEST, **options):
+    suite = get_suite("code", components=("pass", "efficiency"), timeout=6, workers=2, **options)
+    n = len(programs)
+    columns = {"test": [HEAVY_TESTS] * n, "entry_point": ["f"] * n, "code_prefix": [""] * n,
+               "test_format": ["humaneval"] * n, "reference": [reference] * n}
+    return {c.name: c(["p"] * n, programs, **columns) for c in suite.components}
+
+
+def test_efficiency_pays_for_the_algorithm_not_for_tricks():
+    """A copy of the reference earns ~0, precomputing at import earns ~0 (loading is timed), a
+    program burning CPU while the batch runs cannot slow the reference (timed alone, after)."""
+    scores = efficiency_of([HONEST, PRECOMPUTED, BURN_AT_LOAD, BURN_AT_LOAD])
+    assert scores["pass"] == [1.0, 1.0, 0.0, 0.0]
+    copy, precomputed, burner, _ = scores["efficiency"]
+    assert copy <= 0.15 and precomputed <= 0.15, scores
+    assert burner == 0.0
+
+
+def test_an_algorithm_twice_as_fast_earns_one_half():
+    scores = efficiency_of([HONEST], reference=TWICE_THE_WORK)
+    assert scores["pass"] == [1.0]
+    assert 0.35 <= scores["efficiency"][0] <= 0.65, scores

@@ -29,10 +29,12 @@ pass            all tests passed, as judged by a process the program cannot reac
                 tricks and patched clocks cannot earn it)
 ast_similarity  ``difflib.SequenceMatcher`` ratio of the pre-order AST node-type sequences of
                 the entry-point function (whole module when absent) and the reference's
-efficiency      ``clip(1 - t_gen / t_ref, 0, 1)`` when passing (0 otherwise), ``t`` the wall
-                time of the program's calls made by the tests, measured on the judge's side
-                of the pipe, the reference timed the same way (``None`` when there is no
-                passing reference)
+efficiency      ``clip(1 - t_gen / t_ref, 0, 1)`` when passing (0 otherwise); ``t`` the CPU
+                time the kernel counts for the program from loading it to its last reply
+                (the judge's wall clock where ``/proc`` is unreadable); ``t_gen`` the minimum
+                over 3 runs, ``t_ref`` over 7 (cached per problem), each run alone (no other
+                sandbox run in flight). ``None`` without a passing reference or when
+                ``t_ref`` < ``min_reference_s`` (1 ms); see docs/sandbox.md for the noise
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -56,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
-from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, probe, run_many
+from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, probe, run_alone, run_many
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
 CODE_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -190,8 +192,37 @@ def _job_key(job: Job) -> tuple:
     return (job.program, tests, job.test_format, job.entry_point, job.context)
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Times (seconds) of repeated runs of one program, each run alone: the CPU time the kernel
+    counted for the program from loading to its last reply (``Result.cpu_time``), or, where the
+    judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
+    ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
+    ``worst``: the spread. ``None`` fields when a repeat did not pass."""
+
+    best: float | None
+    median: float | None
+    worst: float | None
+    repeats: int
+    clock: str = "cpu"
+
+    @classmethod
+    def of(cls, results: Sequence[Result]) -> Timing:
+        if not results or not all(r.passed for r in results):
+            return cls(None, None, None, len(results))
+        clock = "cpu" if all(r.cpu_time is not None for r in results) else "wall"
+        times = sorted((r.cpu_time if clock == "cpu" else r.test_time) or 0.0 for r in results)
+        return cls(times[0], times[len(times) // 2], times[-1], len(times), clock)
+
+
 class CodeExecutor:
-    """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``."""
+    """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``.
+
+    Timing for ``efficiency`` (:meth:`timings`) is separate: a program is run ``repeats`` more
+    times, one run at a time with no other sandbox run of this process in flight
+    (:func:`mrgrpo.rewards.sandbox.run_alone`), and the times are cached too: references
+    ``reference_repeats`` times, once per problem; candidates ``timing_repeats`` times.
+    """
 
     def __init__(
         self,
@@ -200,15 +231,21 @@ class CodeExecutor:
         cache_size: int = 8192,
         require_isolation: bool = False,
         allow_unisolated: bool | None = None,
+        timing_repeats: int = 3,
+        reference_repeats: int = 7,
     ):
         self.limits = limits or Limits()
         self.workers = workers
         self.require_isolation = require_isolation
         self.allow_unisolated = allow_unisolated
+        self.timing_repeats = timing_repeats
+        self.reference_repeats = reference_repeats
+        self._timings: OrderedDict[tuple, Timing] = OrderedDict()
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple, Result] = OrderedDict()
         self._lock = threading.Lock()
-        self.executions = 0  # programs actually run (for tests and logging)
+        self.executions = 0  # programs actually run for their verdicts (for tests and logging)
+        self.timed_runs = 0  # runs made to time programs for efficiency
 
     def results(self, jobs: Sequence[Job]) -> list[Result]:
         keys = [_job_key(j) for j in jobs]
@@ -231,6 +268,30 @@ class CodeExecutor:
                 out.append(self._cache[key])
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
+        return out
+
+    def timings(self, jobs: Sequence[Job], reference: bool = False) -> list[Timing]:
+        """One :class:`Timing` per job (cached; ``reference``: ``reference_repeats`` runs, else
+        ``timing_repeats``), every run alone."""
+        repeats = self.reference_repeats if reference else self.timing_repeats
+        keys = [(reference, *_job_key(j)) for j in jobs]
+        with self._lock:
+            todo = {}
+            for key, job in zip(keys, jobs):
+                if key not in self._timings and key not in todo:
+                    todo[key] = job
+            if todo:
+                runs = run_alone(list(todo.values()), repeats, require_isolation=self.require_isolation,
+                                 allow_unisolated=self.allow_unisolated)
+                self.timed_runs += repeats * len(todo)
+                for key, results in zip(todo, runs):
+                    self._timings[key] = Timing.of(results)
+            out = []
+            for key in keys:
+                self._timings.move_to_end(key)
+                out.append(self._timings[key])
+            while len(self._timings) > self.cache_size:
+                self._timings.popitem(last=False)
         return out
 
 
@@ -260,15 +321,18 @@ class _Batch:
         self.programs = [assemble_program(x.code, p, e) for x, p, e in zip(self.extracted, self.prefix, self.entry)]
         self.suite = suite
 
+    def job(self, i: int, reference: bool = False) -> Job:
+        program = self.reference[i] if reference else self.programs[i]
+        return make_job(program, self.test[i], self.fmt[i], self.entry[i], self.suite.executor.limits, self.prefix[i])
+
     def results(self, with_reference: bool = False) -> tuple[list[Result | None], list[Result | None]]:
-        limits = self.suite.executor.limits
         jobs, where = [], []
         for i, program in enumerate(self.programs):
             if self.test[i] is not None:
-                jobs.append(make_job(program, self.test[i], self.fmt[i], self.entry[i], limits, self.prefix[i]))
+                jobs.append(self.job(i))
                 where.append(("gen", i))
             if with_reference and self.test[i] is not None and self.reference[i]:
-                jobs.append(make_job(self.reference[i], self.test[i], self.fmt[i], self.entry[i], limits, self.prefix[i]))
+                jobs.append(self.job(i, reference=True))
                 where.append(("ref", i))
         got = self.suite.executor.results(jobs)
         gen: list[Result | None] = [None] * len(self.programs)
@@ -279,11 +343,15 @@ class _Batch:
 
 
 class CodeRewardState:
-    """State shared by the components of one code suite: the executor and its cache."""
+    """State shared by the components of one code suite: the executor and its cache.
 
-    def __init__(self, executor: CodeExecutor, time_reference: bool):
+    ``min_reference_s``: ``efficiency`` is left unscored (``None``) for problems whose
+    reference takes less (the timing cannot resolve them; see docs/sandbox.md)."""
+
+    def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3):
         self.executor = executor
         self.time_reference = time_reference
+        self.min_reference_s = min_reference_s
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -319,13 +387,27 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
         ]
 
     def eff(prompts, completions, **columns):
-        gen, ref = results(completions, columns)
+        batch = state.batch(completions, columns)
+        gen, ref = batch.results(with_reference=True)
         out: list[float | None] = []
-        for g, r in zip(gen, ref):
+        timed = []
+        for i, (g, r) in enumerate(zip(gen, ref)):
             if g is None or r is None or not r.passed:
                 out.append(None)
+            elif not g.passed:
+                out.append(0.0)
             else:
-                out.append(efficiency(g.test_time, r.test_time) if g.passed else 0.0)
+                out.append(None)
+                timed.append(i)
+        if timed:
+            executor = state.executor
+            references = executor.timings([batch.job(i, reference=True) for i in timed], reference=True)
+            resolved = [(i, r) for i, r in zip(timed, references) if r.best is not None and r.best >= state.min_reference_s]
+            candidates = executor.timings([batch.job(i) for i, _ in resolved])
+            for (i, r), g in zip(resolved, candidates):
+                if g.best is not None and g.clock != r.clock:  # pragma: no cover - /proc readable for one only
+                    g = Timing(None, None, None, g.repeats)
+                out[i] = efficiency(g.best, r.best)  # a repeat that failed (g.best None) scores 0
         return out
 
     def pass_rate(prompts, completions, **columns):
@@ -375,6 +457,9 @@ def code_suite(
     limits: Limits | None = None,
     require_isolation: bool = False,
     allow_unisolated: bool | None = None,
+    timing_repeats: int = 3,
+    reference_repeats: int = 7,
+    min_reference_s: float = 1e-3,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
@@ -386,12 +471,17 @@ def code_suite(
     raised here, before training, unless ``allow_unisolated`` (or the environment variable
     ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
     ``require_isolation`` also refuses a sandbox without a private root (namespaces).
+    ``timing_repeats``, ``reference_repeats``, ``min_reference_s``: the efficiency timing (see
+    the module docstring and docs/sandbox.md).
     """
     components = tuple(components)
-    executor = CodeExecutor(_limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated)
+    executor = CodeExecutor(
+        _limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated,
+        timing_repeats, reference_repeats,
+    )
     if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
         probe(require_isolation=require_isolation, allow_unisolated=allow_unisolated)
-    state = CodeRewardState(executor, "efficiency" in components)
+    state = CodeRewardState(executor, "efficiency" in components, min_reference_s)
     available = _components(state)
     unknown = [c for c in components if c not in available]
     if unknown:

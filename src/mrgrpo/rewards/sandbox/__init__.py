@@ -74,6 +74,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from functools import lru_cache
 
 from mrgrpo.errors import IsolationError
@@ -83,7 +84,7 @@ from mrgrpo.rewards.sandbox.results import Job, Limits, Result, Verdict
 
 __all__ = [
     "ALLOW_UNISOLATED_ENV", "IsolationError", "Job", "Limits", "Result", "Verdict", "default_workers", "probe", "run",
-    "run_many",
+    "run_alone", "run_many",
 ]
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,11 @@ def run(job: Job, launcher: bool = True, require_isolation: bool = False, allow_
     variable :data:`ALLOW_UNISOLATED_ENV`) says so, and never without a private root if
     ``require_isolation``: otherwise :class:`IsolationError` is raised and the program never runs.
     """
+    with _gate.shared():
+        return _run(job, launcher, require_isolation, allow_unisolated)
+
+
+def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bool | None) -> Result:
     minimum = _minimum(require_isolation, allow_unisolated)
     limits = job.limits
     uid = _take_uid()
@@ -280,6 +286,61 @@ def probe(launcher: bool = True, require_isolation: bool = False, allow_unisolat
 
 
 _probed: dict[tuple, str] = {}
+
+
+class _Gate:
+    """Runs share the sandbox; a timing run has it alone (no other run of this process in flight).
+
+    A thread holding it alone may run (its own runs pass through)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting = 0
+        self._mine = threading.local()
+
+    @contextmanager
+    def shared(self):
+        if getattr(self._mine, "alone", False):
+            yield
+            return
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def alone(self):
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._alone and not self._shared)
+            self._waiting -= 1
+            self._alone = True
+        self._mine.alone = True
+        try:
+            yield
+        finally:
+            self._mine.alone = False
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
+
+
+_gate = _Gate()
+
+
+def run_alone(jobs: Sequence[Job], repeats: int = 1, launcher: bool = True, **isolation) -> list[list[Result]]:
+    """Run each job ``repeats`` times, one run at a time, while no other run of this process is
+    in flight (runs started meanwhile wait): for timing. ``[[result of each repeat] per job]``;
+    ``isolation``: ``require_isolation`` / ``allow_unisolated`` as for :func:`run`."""
+    with _gate.alone():
+        return [[run(job, launcher, **isolation) for _ in range(max(1, int(repeats)))] for job in jobs]
 
 
 def default_workers() -> int:

@@ -90,13 +90,21 @@ class Result:
         cases_passed / cases_total: test cases passed (judged by the judge), out of all cases.
         loaded: the program's top-level code ran without an exception (stdio: the first case
             ran without one).
-        test_time: seconds of wall time of the candidate's calls (each from the judge sending
-            the request to receiving the reply), summed, measured by the judge; ``None`` if
-            the tests did not finish.
+        test_time: seconds of wall time of loading the program and of the candidate's calls
+            (each from the judge sending the request to receiving the reply), summed, measured
+            by the judge; ``None`` if the tests did not finish.
+        load_time: the part of ``test_time`` spent loading the program (its top level: what
+            it precomputes at import counts); ``None`` if it did not load (stdio: ``None``).
+        cpu_time: CPU seconds the program used from loading to its last reply (its work between
+            calls included), counted by the kernel and read by the judge; ``None`` where the
+            judge cannot read ``/proc`` or the tests did not finish. Efficiency uses it.
         wall_time: seconds from spawn to exit, as seen by the caller.
         stdout, stderr: the program's captured output, each capped at ``Limits.output_bytes``.
         returncode: the candidate's exit status (negative: killed by that signal).
-        isolation: what the candidate achieved: e.g. ``netns,mountns,chroot,uid`` or ``guards``.
+        isolation: the layers in force in the candidate, e.g.
+            ``netns,mountns,pidns,chroot,uid,landlock,seccomp,guards`` (root),
+            ``userns,netns,mountns,pidns,chroot,landlock,seccomp,guards`` (no root),
+            ``landlock,seccomp,guards`` (namespaces refused); see docs/sandbox.md.
     """
 
     verdict: Verdict
@@ -110,6 +118,8 @@ class Result:
     stderr: str = ""
     returncode: int | None = None
     isolation: str = ""
+    load_time: float | None = None
+    cpu_time: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -125,11 +135,11 @@ _FAILED_KINDS = ("AssertionError", "WrongAnswer", "NotPlainData")
 
 def _read_report(reports: Sequence[str], n_cases: int):
     """The judge's lines, checked against the protocol: ``iso <layers>``, at most one
-    ``loaded``, ``case <i> ok|fail <reason>`` with ``i`` = 0, 1, 2... in order, and exactly one
-    last line ``done <n> <ns>`` (``n`` the cases reported), ``error <reason>`` or
+    ``loaded [<ns>]``, ``case <i> ok|fail <reason>`` with ``i`` = 0, 1, 2... in order, and exactly
+    one last line ``done <n> <wall ns> <cpu ns or -1>`` (``n`` the cases reported), ``error <reason>`` or
     ``invalid <reason>`` (alone, or after ``iso`` and what came before). Anything else, out of
     order or after the last line -> ``None`` (the run fails as ``JudgeProtocol``)."""
-    isolation, loaded, terminal = "", False, None
+    isolation, loaded, terminal, load_time = "", False, None, None
     outcomes: list[str | None] = []
     for at, line in enumerate(reports):
         words = line.split()
@@ -138,8 +148,9 @@ def _read_report(reports: Sequence[str], n_cases: int):
         kind = words[0]
         if kind == "iso" and len(words) == 2 and at == 0:
             isolation = words[1]
-        elif kind == "loaded" and len(words) == 1 and not loaded and isolation:
+        elif kind == "loaded" and (len(words) == 1 or (len(words) == 2 and words[1].isdigit())) and not loaded and isolation:
             loaded = True
+            load_time = int(words[1]) / 1e9 if len(words) == 2 else None
         elif kind == "case" and isolation and len(words) in (3, 4) and words[1] == str(len(outcomes)):
             if len(outcomes) >= n_cases:
                 return None
@@ -149,13 +160,14 @@ def _read_report(reports: Sequence[str], n_cases: int):
                 outcomes.append(words[3])
             else:
                 return None
-        elif kind == "done" and isolation and len(words) == 3 and words[1] == str(len(outcomes)) and words[2].isdigit():
-            terminal = ("done", int(words[2]) / 1e9)
+        elif (kind == "done" and isolation and len(words) == 4 and words[1] == str(len(outcomes)) and words[2].isdigit()
+              and (words[3].isdigit() or words[3] == "-1")):
+            terminal = ("done", (int(words[2]) / 1e9, int(words[3]) / 1e9 if words[3] != "-1" else None))
         elif kind in ("error", "invalid") and len(words) == 2:
             terminal = (kind, words[1])
         else:
             return None
-    return isolation, loaded, outcomes, terminal
+    return isolation, loaded, outcomes, terminal, load_time
 
 
 def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr) -> Result:
@@ -165,10 +177,11 @@ def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr)
     loaded = bool(read and read[1])
     outcomes = read[2] if read else []
     terminal = read[3] if read else None
+    load_time = read[4] if read else None
     cases_passed = sum(1 for o in outcomes if o is None)
     common = dict(
         cases_passed=cases_passed, cases_total=n_cases, loaded=loaded, wall_time=wall,
-        stdout=stdout, stderr=stderr, returncode=returncode, isolation=isolation,
+        stdout=stdout, stderr=stderr, returncode=returncode, isolation=isolation, load_time=load_time,
     )
     if killed_for == "output":
         return Result(Verdict.ERROR, error_type="OutputLimitExceeded", **common)
@@ -189,7 +202,8 @@ def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr)
         return Result(verdict, error_type=value, **common)
     if len(outcomes) != n_cases:
         return Result(Verdict.ERROR, error_type="JudgeFailed", **common)  # pragma: no cover
-    test_time = value
+    test_time, cpu_time = value
+    common["cpu_time"] = cpu_time
     if first_failure is None:
         return Result(Verdict.PASSED, test_time=test_time, **common)
     if first_failure == "CandidateGone":

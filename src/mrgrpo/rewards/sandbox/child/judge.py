@@ -63,6 +63,14 @@ class _Link:
         self.exceptions = _exceptions(builtins_dict)
         self.decode_items, self.decode_cpu_ns = decode_items, decode_cpu_ns
 
+    def warm(self):
+        """Untimed round trips before the timed part: the candidate's first wake-ups after its
+        setup wait out its scheduling debt here, not inside a timed request."""
+        for _ in range(2):
+            if self.request(b"P") != (b"O", b"N"):
+                self.gone = "protocol error"
+                raise CandidateGone("the candidate broke the protocol")
+
     def decode(self, payload):
         """A reply's plain value, under this judge's decoding budget (WireError past it)."""
         return decode(payload, Budget(self.decode_items, self.decode_cpu_ns))
@@ -71,7 +79,8 @@ class _Link:
         """``(kind, payload)`` of the reply, or raises (CandidateGone, ValueTooLarge).
 
         ``timed``: add the wall time from sending the request to receiving the whole reply
-        to ``elapsed`` (the candidate's calls; loading and name resolution are not counted).
+        to ``elapsed`` (loading the program and the candidate's calls; name resolution, which
+        the judge drives, is not counted).
         """
         if self.gone is not None:
             raise CandidateGone(self.gone)
@@ -138,6 +147,53 @@ class _Link:
         return self.value(*self.request(b"C", payload, timed=True))
 
 
+class _CpuClock:
+    """CPU time (ns) the candidate's program has used since this clock started, as the kernel
+    counts it (``/proc/<pid>/schedstat``): unaffected by what else the machine runs, and by
+    nothing the program does. ``pid``: the candidate's process as the caller started it; the
+    program runs in its child when it is the relay of a PID namespace. Each reading waits
+    (up to 50 ms) until the program is not on a CPU, so that the count is current; ``used()``
+    is -1 where ``/proc`` cannot be read."""
+
+    def __init__(self, pid):
+        import time
+
+        self.clock = time.monotonic_ns
+        target = pid
+        try:
+            with open("/proc/%d/task/%d/children" % (pid, pid)) as handle:
+                children = handle.read().split()
+            if children:
+                target = int(children[0])
+        except (OSError, ValueError):
+            pass
+        self.stat = "/proc/%d/stat" % target
+        self.schedstat = "/proc/%d/schedstat" % target
+        self.start = self.read() if pid > 0 else None
+
+    def read(self):
+        import posix
+
+        deadline = self.clock() + 50_000_000
+        try:
+            while True:
+                with open(self.stat) as handle:
+                    state = handle.read().rsplit(")", 1)[1].split()[0]
+                if state != "R" or self.clock() > deadline:
+                    break
+                posix.sched_yield()
+            with open(self.schedstat) as handle:
+                return int(handle.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def used(self):
+        if self.start is None:
+            return -1
+        now = self.read()
+        return -1 if now is None else max(0, now - self.start)
+
+
 class _Remote:
     """A function of the candidate, as the tests see it: each call goes over the pipe."""
 
@@ -182,6 +238,7 @@ def _judge_main(read):
             pass
 
     job = marshal.loads(read(int(read(10))))
+    candidate_pid = int(read(10))  # written by the caller once the candidate exists
     posix.close(0)
     link = _Link(4, 5, job["value_cap"], builtins.__dict__, job["decode_items"], job["decode_cpu_ns"])
     try:
@@ -200,6 +257,12 @@ def _judge_main(read):
         report(b"error IsolationUnavailable")
         return
     mode = job["mode"]
+    try:
+        link.warm()
+    except BaseException as error:
+        report(b"error " + _name_of(error))
+        return
+    link.cpu = _CpuClock(candidate_pid)
     if mode == "stdio":
         cases = job["stdio_cases"]
         loaded = False
@@ -221,10 +284,10 @@ def _judge_main(read):
                 continue
             same = [l.rstrip() for l in got.rstrip().splitlines()] == [l.rstrip() for l in expected.rstrip().splitlines()]
             report(b"case %d ok" % index if same else b"case %d fail WrongAnswer" % index)
-        report(b"done %d %d" % (len(cases), link.elapsed))
+        report(b"done %d %d %d" % (len(cases), link.elapsed, link.cpu.used()))
         return
     try:
-        kind, payload = link.request(b"L")
+        kind, payload = link.request(b"L", timed=True)  # loading counts: precomputing at import saves nothing
     except BaseException as error:
         report(b"error " + _name_of(error))
         return
@@ -237,9 +300,9 @@ def _judge_main(read):
         except BaseException as error:
             report(b"error " + _name_of(error))
         return
-    report(b"loaded")
+    report(b"loaded %d" % link.elapsed)
     if mode == "none":
-        report(b"done 0 0")
+        report(b"done 0 0 %d" % link.cpu.used())
         return
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     entry = job["entry_point"]
@@ -301,7 +364,7 @@ def _judge_main(read):
             return
         report(b"case %d ok" % index if outcome is None else b"case %d fail " % index + _name_of(outcome))
         index += 1
-    report(b"done %d %d" % (index, link.elapsed))
+    report(b"done %d %d %d" % (index, link.elapsed, link.cpu.used()))
 
 
 def _judge_server(control_fd, read):
