@@ -13,7 +13,19 @@ pipe round trip per call) is costed by its parts: the number of calls the HumanE
 make, and the round trip of one call measured on 10,000 calls to an identity function
 (judge servers are reused from run to run, so the split adds no process per run).
 
-    python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher]
+With ``--layers`` it also costs each isolation layer: the same 328 programs with one layer
+refused at a time (namespaces, Landlock, seccomp), throughput against the full set.
+
+With ``--efficiency`` it measures the efficiency reward's noise instead (see docs/sandbox.md):
+for every HumanEval problem, the reference (the canonical solution) is timed as the code suite
+times it (``reference_repeats`` runs alone, CPU time, minimum) and, where that is at least
+``min_reference_s``, an exact copy is scored ``--trials`` times (each trial: a fresh timing of
+``timing_repeats`` runs; its efficiency against the reference's) and so is the canonical
+solution against a reference doing the work twice (the function called twice: an algorithm
+exactly twice as fast as its reference).
+
+    python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers]
+    python benchmarks/sandbox.py --efficiency [--trials K] [--limit N]
 """
 
 from __future__ import annotations
@@ -112,13 +124,87 @@ def round_trip_us(launcher: bool) -> float:
     return result.test_time / n * 1e6
 
 
+def _doubled(problem: dict) -> str:
+    """The canonical program whose entry point does its work twice (on copies of the arguments)."""
+    entry = problem["entry_point"]
+    return (problem["prompt"] + problem["canonical_solution"] + f"\n\nimport copy as _copy\n_once = {entry}\n\n"
+            f"def {entry}(*args, **kwargs):\n    _once(*_copy.deepcopy(args), **_copy.deepcopy(kwargs))\n"
+            f"    return _once(*args, **kwargs)\n")
+
+
+def efficiency_noise(trials: int, limit: int | None) -> None:
+    from mrgrpo.rewards.code import CodeExecutor, Timing, efficiency
+
+    executor = CodeExecutor(Limits(wall_s=20, cpu_s=20))
+    problems = [p for p, _ in programs()[: len(programs()) // 2]][:limit]
+    print(f"efficiency noise: {len(problems)} problems, {trials} trials, reference min of {executor.reference_repeats} "
+          f"runs, candidate min of {executor.timing_repeats}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    rows = []
+    for problem in problems:
+        reference = problem["prompt"] + problem["canonical_solution"]
+        job = Job(reference, problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
+        ref = executor.timings([job], reference=True)[0]
+        if ref.best is None or ref.best < 1e-3:
+            continue
+        copies = []
+        for _ in range(trials):
+            runs = sandbox.run_alone([job], executor.timing_repeats)[0]
+            copies.append(efficiency(Timing.of(runs).best, ref.best))
+        doubled = Job(_doubled(problem), problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
+        slow = executor.timings([doubled], reference=True)[0]
+        fast = []
+        for _ in range(max(3, trials // 4)):
+            runs = sandbox.run_alone([job], executor.timing_repeats)[0]
+            fast.append(efficiency(Timing.of(runs).best, slow.best))
+        within = sum(e <= 0.10 for e in copies) / len(copies)
+        rows.append((problem["task_id"], ref, within, max(copies), sorted(fast)[len(fast) // 2], min(fast), max(fast)))
+        print(f"{problem['task_id']:>14}  ref {ref.best * 1e3:7.2f} ms CPU (median {ref.median * 1e3:7.2f}, worst "
+              f"{ref.worst * 1e3:7.2f}; {ref.clock})  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
+              f"2x faster: median {rows[-1][4]:.2f} [{min(fast):.2f}, {max(fast):.2f}]  load {os.getloadavg()[0]:.1f}",
+              flush=True)
+    if not rows:
+        print("no problem with a reference of 1 ms or more")
+        return
+    ok = sum(r[2] >= 0.95 for r in rows)
+    halves = [r[4] for r in rows]
+    in_band = sum(0.4 <= h <= 0.6 for h in halves)
+    print(f"problems with a reference >= 1 ms: {len(rows)}; copy <= 0.10 in >= 95% of trials on {ok}/{len(rows)} "
+          f"(worst problem: {min(r[2] for r in rows):.0%}); 2x faster median efficiency in [0.4, 0.6] on "
+          f"{in_band}/{len(rows)} (median of medians {sorted(halves)[len(halves) // 2]:.2f}); "
+          f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def layer_costs(pairs, workers: int, timeout: float, launcher: bool) -> None:
+    """Throughput with each layer refused in turn, against the full set (same process, in turn)."""
+    variants = [("all layers", frozenset()), ("no namespaces", frozenset({"namespaces"})),
+                ("no Landlock", frozenset({"landlock"})), ("no seccomp", frozenset({"seccomp"})),
+                ("no namespaces/Landlock/seccomp", frozenset({"namespaces", "landlock", "seccomp"}))]
+    os.environ[sandbox.ALLOW_UNISOLATED_ENV] = "1"
+    try:
+        for name, refused in variants:
+            sandbox._refused_layers = refused
+            got, wall, cpu, results = ours(pairs, workers, timeout, launcher)
+            print(f"  {name:32s} {len(pairs) / wall:6.1f} programs/s, {cpu / len(pairs) * 1e3:5.1f} ms CPU each, "
+                  f"passed {sum(got)}, layers {results[0].isolation}, load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        sandbox._refused_layers = frozenset()
+        del os.environ[sandbox.ALLOW_UNISOLATED_ENV]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--repeat", type=int, default=3, help="repetitions (each times both harnesses)")
     parser.add_argument("--timeout", type=float, default=3.0)
     parser.add_argument("--no-launcher", action="store_true", help="new interpreters per program")
+    parser.add_argument("--layers", action="store_true", help="also cost each isolation layer")
+    parser.add_argument("--efficiency", action="store_true", help="measure the efficiency reward's noise instead")
+    parser.add_argument("--trials", type=int, default=20, help="efficiency trials per problem")
+    parser.add_argument("--limit", type=int, default=None, help="first N problems only (efficiency)")
     args = parser.parse_args()
+    if args.efficiency:
+        efficiency_noise(args.trials, args.limit)
+        return
     launcher = not args.no_launcher
     pairs = programs()
     n = len(pairs)
@@ -144,6 +230,10 @@ def main() -> None:
     print(f"judge split: {calls} calls over the pipe in the {n} runs ({calls / n:.1f} per program); one round "
           f"trip {rtt:.1f} us, so {overhead:.2f} s of pipe traffic in all ({overhead / args.workers / t_ours:.1%} of "
           f"the last mrgrpo wall time per worker); plus one candidate fork per run, judge servers reused")
+    print(f"isolation layers: {results[0].isolation}")
+    if args.layers:
+        print("cost of each layer (one run of the 328 programs each):")
+        layer_costs(pairs, args.workers, args.timeout, launcher)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ mapping this user to uid 0, as ``unshare -U -r`` and rootless containers do), ``
 
 It imports the sandbox package without the rest of ``mrgrpo`` (whose dependencies another
 user's interpreter may lack), counts every catchable signal it receives, and prints one JSON
-line: ``{"uid", "results": [{verdict, error_type, cases_passed, isolation, test_time, wall}], "signals"}``.
+line: ``{"uid", "results": [{verdict, error_type, cases_passed, isolation, test_time, wall}], "signals",
+"efficiency": {case: [score per program]}}`` (the efficiency cases come from ``JOBS.json.efficiency``).
 Each job's ``{CALLER}`` in the program is replaced by this process's pid first.
 """
 
@@ -113,7 +114,19 @@ def main() -> None:
          "test_time": r.test_time, "wall": r.wall_time}
         for r in results
     ]
-    print(json.dumps({"uid": os.geteuid(), "results": out, "signals": received}), flush=True)
+    efficiency = {}
+    if os.path.exists(jobs_path + ".efficiency"):
+        from mrgrpo.rewards.code import code_suite
+
+        with open(jobs_path + ".efficiency") as handle:
+            cases = json.load(handle)
+        for name, case in cases.items():
+            suite = code_suite(components=("efficiency",), timeout=6, workers=2)
+            n = len(case["programs"])
+            columns = {"test": [case["test"]] * n, "entry_point": ["f"] * n, "code_prefix": [""] * n,
+                       "test_format": ["humaneval"] * n, "reference": [case["reference"]] * n}
+            efficiency[name] = suite.components[0](["p"] * n, case["programs"], **columns)
+    print(json.dumps({"uid": os.geteuid(), "results": out, "signals": received, "efficiency": efficiency}), flush=True)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+
 HERE = Path(__file__).parent
 SRC = HERE.parents[1] / "src"
 TESTS3 = "def check(candidate):\n    assert candidate(1) == 42\n    assert candidate(2) == 43\n    assert candidate(3) == 44\n"
@@ -208,7 +210,16 @@ def workspace():
     jobs = os.path.join(top, "jobs.json")
     with open(jobs, "w") as handle:
         json.dump(specs, handle)
-    os.chmod(jobs, 0o644)
+    from test_sandbox_hostile import BURN_AT_LOAD, HEAVY_TESTS, HONEST, PRECOMPUTED, TWICE_THE_WORK
+
+    efficiency = {
+        "tricks": {"test": HEAVY_TESTS, "reference": HONEST, "programs": [HONEST, PRECOMPUTED, BURN_AT_LOAD]},
+        "twice-as-fast": {"test": HEAVY_TESTS, "reference": TWICE_THE_WORK, "programs": [HONEST]},
+    }
+    with open(jobs + ".efficiency", "w") as handle:
+        json.dump(efficiency, handle)
+    for path in (jobs, jobs + ".efficiency"):
+        os.chmod(path, 0o644)
     yield top, out, jobs, n_controls
     shutil.rmtree(top, ignore_errors=True)
 
@@ -266,5 +277,8 @@ def test_every_privilege_mode(mode, workspace):
     bomb = attacks[list(ATTACKS).index("decoder-bombs")]
     assert bomb["error_type"] == "NotPlainData" and bomb["wall"] < 8.0, bomb  # bounded, the batch went on
     assert attacks[list(ATTACKS).index("extra-elements-late-done")]["error_type"] == "MalformedReply"
+    copy, precomputed, burner = got["efficiency"]["tricks"]
+    assert copy <= 0.15 and precomputed <= 0.15 and burner == 0.0, got["efficiency"]  # nothing inflated
+    assert 0.3 <= got["efficiency"]["twice-as-fast"][0] <= 0.7, got["efficiency"]  # about one half (a loaded machine)
     assert got["signals"] == []  # the caller never received a signal
     assert os.listdir(out) == []  # nothing written outside

@@ -182,7 +182,7 @@ def _candidate_main(read):
             flush()
             return
         try:
-            if kind == b"P":  # the judge's untimed ping before it times anything
+            if kind == b"P":  # the judge's untimed pings, before the program loads: the least a request costs
                 _send(4, b"O", b"N")
             elif kind == b"L":
                 if program is None:

@@ -63,13 +63,16 @@ class _Link:
         self.exceptions = _exceptions(builtins_dict)
         self.decode_items, self.decode_cpu_ns = decode_items, decode_cpu_ns
 
-    def warm(self):
-        """Untimed round trips before the timed part: the candidate's first wake-ups after its
-        setup wait out its scheduling debt here, not inside a timed request."""
+    def warm(self, cpu):
+        """Untimed round trips before the timed part (the program is not loaded yet: only the
+        sandbox's own server code answers them): the candidate's first wake-ups after its setup
+        wait out its scheduling debt here, not inside a timed request. Then ``cpu`` (a
+        :class:`_CpuClock`) starts."""
         for _ in range(2):
             if self.request(b"P") != (b"O", b"N"):
                 self.gone = "protocol error"
                 raise CandidateGone("the candidate broke the protocol")
+        cpu.start = cpu.read()
 
     def decode(self, payload):
         """A reply's plain value, under this judge's decoding budget (WireError past it)."""
@@ -169,7 +172,7 @@ class _CpuClock:
             pass
         self.stat = "/proc/%d/stat" % target
         self.schedstat = "/proc/%d/schedstat" % target
-        self.start = self.read() if pid > 0 else None
+        self.start = None
 
     def read(self):
         import posix
@@ -188,6 +191,7 @@ class _CpuClock:
             return None
 
     def used(self):
+        """CPU ns since :attr:`start`; -1 when unknown."""
         if self.start is None:
             return -1
         now = self.read()
@@ -257,12 +261,12 @@ def _judge_main(read):
         report(b"error IsolationUnavailable")
         return
     mode = job["mode"]
+    link.cpu = _CpuClock(candidate_pid)
     try:
-        link.warm()
+        link.warm(link.cpu)
     except BaseException as error:
         report(b"error " + _name_of(error))
         return
-    link.cpu = _CpuClock(candidate_pid)
     if mode == "stdio":
         cases = job["stdio_cases"]
         loaded = False
