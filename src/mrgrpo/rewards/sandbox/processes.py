@@ -25,9 +25,9 @@ from mrgrpo.rewards.sandbox.child import bootstrap_code
 from mrgrpo.rewards.sandbox.launcher import STUB_PREFIX, Zygote, ZygoteDied
 from mrgrpo.rewards.sandbox.results import Limits, Result, parse_report
 
-# Once the judge is done, the candidate sees its requests end and exits by itself (its PID
-# namespace's relay passes on how its child ended: a segfault stays a segfault); it is killed
-# when it has not within this time.
+# When the judge reports that the candidate ended early, the caller waits this long for its
+# exit status (its PID namespace's relay passes on how its child ended: a segfault stays a
+# segfault) before killing it; otherwise it is killed at once.
 _EXIT_GRACE_S = 0.2
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
@@ -126,9 +126,9 @@ class _DirectPair:
         except subprocess.TimeoutExpired:
             return None
 
-    def end(self, pids: tuple[int, int], judge_done: bool) -> int | None:
+    def end(self, pids: tuple[int, int], judge_done: bool, status_wanted: bool = False) -> int | None:
         judge_pid, candidate_pid = pids
-        returncode = self.wait(candidate_pid, _EXIT_GRACE_S) if judge_done else None
+        returncode = self.wait(candidate_pid, _EXIT_GRACE_S) if status_wanted else None
         _kill(candidate_pid)
         if not judge_done:
             _kill(judge_pid)
@@ -192,9 +192,9 @@ class _ZygotePair:
         _kill(pid)
         self.zygote.wait(pid, 5.0)
 
-    def end(self, pids: tuple[int, int], judge_done: bool) -> int | None:
+    def end(self, pids: tuple[int, int], judge_done: bool, status_wanted: bool = False) -> int | None:
         judge_pid, candidate_pid = pids
-        returncode = self.zygote.wait(candidate_pid, _EXIT_GRACE_S) if judge_done else None
+        returncode = self.zygote.wait(candidate_pid, _EXIT_GRACE_S) if status_wanted else None
         _kill(candidate_pid)
         if returncode is None:
             returncode = self.zygote.wait(candidate_pid, 5.0)
@@ -270,7 +270,10 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -
         for fd in owned:
             os.close(fd)
         # the judge has spoken (or failed): the candidate's part is over
-        returncode = pair.end(pids, judge_done=got is not None and got[4])
+        # how the candidate ended matters when the judge says it ended early (a crash, a limit)
+        status_wanted = bool(got and got[4] and got[0] and got[0][-1].startswith(("error", "case")))
+        returncode = pair.end(pids, judge_done=got is not None and got[4], status_wanted=status_wanted or bool(
+            got and got[4] and any(line.endswith("CandidateGone") for line in got[0])))
         with _live_lock:
             _live.difference_update(pids)
     reports, stdout, stderr, killed_for, _ = got

@@ -404,11 +404,11 @@ def _judge_server(control_fd, read):
                 _judge_main(read)
             except BaseException:
                 pass
+            for target in (0, 3, 4, 5):  # the run is over for the caller and the candidate now
+                posix.dup2(null, target)
             gc.collect()
         else:
             for fd in fds:
                 posix.close(fd)
-        for target in (0, 3, 4, 5):
-            posix.dup2(null, target)
 
 
