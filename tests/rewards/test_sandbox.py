@@ -405,7 +405,7 @@ def test_full_isolation_as_root():
     result = run(job(GOOD))
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    assert result.isolation == "netns,mountns,pidns,chroot,uid,landlock,seccomp,guards"
+    assert result.isolation == "netns,mountns,chroot,uid,landlock,seccomp,guards"
 
 
 def test_guards_only_is_said_once_loudly(monkeypatch, caplog):
@@ -459,7 +459,7 @@ def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     before = leftovers()
     result = run(job(GOOD))
-    assert result.isolation == "netns,mountns,pidns,guards" and result.passed, result
+    assert result.isolation == "netns,mountns,guards" and result.passed, result
     with pytest.raises(IsolationError):
         run(job(GOOD), require_isolation=True)
     assert leftovers() <= before
@@ -475,6 +475,6 @@ def test_the_docs_page_names_what_the_code_does():
     page = (Path(__file__).parents[2] / "docs" / "sandbox.md").read_text()
     verdicts = page.split("## Verdicts and results", 1)[1].split("##", 1)[0]
     assert {v.value for v in Verdict} <= set(re.findall(r"`(\w+)`", verdicts))
-    assert "`netns,mountns,pidns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
+    assert "`netns,mountns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
     for fn in (sandbox.run, sandbox.run_many):
         assert "require_isolation" in inspect.signature(fn).parameters

@@ -7,7 +7,7 @@ builtins and its own copies of every module the tests import; each call the test
 the program is a request over a pipe, timed on the judge's clock, and what comes back is
 decoded by a restricted decoder into plain data only (``None``, ``bool``, ``int``,
 ``float``, ``complex``, ``str``, ``bytes``, ``list``/``tuple``/``dict``/``set``/``frozenset``
-of these; see ``_sandbox_wire``). Every value the tests see therefore has an exact built-in
+of these; see ``child/wire.py``). Every value the tests see therefore has an exact built-in
 type with that type's genuine comparison and arithmetic; an instance of a subclass of those
 types (``Counter``, ``namedtuple``, a ``float`` subclass with a lying ``__sub__``) arrives as the
 value its base type holds, without its methods; anything else the program returns (an
@@ -33,22 +33,25 @@ are new interpreters per run. All of them end with the caller, on every exit pat
 launcher kills everything it started when the caller's end of its socket closes).
 
 **Isolation of the candidate**: empty environment, its own session, output captured and
-capped, the whole process group killed on timeout, and before any untrusted code runs:
+capped, the whole process group killed on timeout, rlimits, an audit hook (no process
+creation, signals, sockets, tracing, gc walking, rlimit changes, writes outside the working
+directory), and before any untrusted code runs the strongest kernel layers the system allows
+(``child/confine.py``), reported per result in ``Result.isolation`` and logged once:
 
-* when the caller is root: new **network** and **mount** namespaces, a fresh root on a private
-  size-capped tmpfs (only the standard library, read-only with ``site-packages`` hidden, three
-  devices, and the working directory; it vanishes with the process) entered with ``chroot``,
-  then a drop to a fresh per-run uid, so ``RLIMIT_NPROC = 1`` forbids ``fork`` (and threads) and
-  the caller's files, datasets and processes are out of reach. The judge and the launcher are
-  non-dumpable (no ``ptrace``, no ``/proc/<pid>/mem``).
-* otherwise (not root, or namespaces refused): a fresh temporary directory of the caller is the
-  working directory (removed afterwards) and only the guards below hold, tightened: no
-  ``ctypes`` and no reading outside the standard library and the working directory. The
-  sandbox then says so once, loudly, in the log; ``require_isolation=True`` raises
-  :class:`IsolationError` instead.
-* rlimits: CPU time, address space, file size, open files, processes, core dumps;
-* an audit hook that refuses process creation, signals, sockets, tracing, gc walking, new
-  audit hooks, rlimit changes, and writes/deletes/renames outside the working directory.
+* root: network and mount namespaces, a private root (standard library read-only, three
+  devices, the working directory) entered with ``chroot``, a fresh per-run uid;
+* not root, or uid 0 of a user namespace (rootless containers): the same in a user namespace
+  of its own, plus a PID namespace, every capability dropped;
+* everywhere: Landlock (where the kernel has it) and a seccomp filter (no signals, ``pidfd``,
+  ``ptrace`` or ``process_vm`` calls towards other processes, no sockets but ``AF_UNIX`` pairs,
+  no namespaces, mounts, processes, threads or ``execve``);
+* with no kernel layer at all (no namespaces, Landlock or seccomp) the program does not run:
+  :class:`IsolationError`, unless ``allow_unisolated`` or ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``
+  accepts the Python-level guards alone. :func:`probe` checks this once, before training.
+
+The judge and the launcher are non-dumpable; the verdict and job channels the caller holds
+are Unix sockets (not reopenable through ``/proc``); the caller checks the judge's lines
+against the protocol; the judge decodes replies under a budget (docs/sandbox.md).
 
 Verdicts (:class:`Verdict`): ``passed``, ``failed`` (an assertion, a wrong answer, a value
 that is not plain data), ``error`` (exception, ``error_type`` names it; ``EarlyExit`` when the
@@ -56,9 +59,8 @@ program's process ended without answering), ``timeout`` (wall or CPU), ``memory`
 (killed by a signal), ``invalid`` (the program does not compile).
 
 Limits of the design, stated plainly: arguments are copies, so tests that check in-place
-mutation of an argument see the original; the candidate's time *between* calls is not
-counted (as root it has no threads to spend it with); tests may use only plain data with the
-program (its functions, and module-level plain values).
+mutation of an argument see the original; tests may use only plain data with the program (its
+functions, and module-level plain values).
 """
 
 from __future__ import annotations

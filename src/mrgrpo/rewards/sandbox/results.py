@@ -102,7 +102,7 @@ class Result:
         stdout, stderr: the program's captured output, each capped at ``Limits.output_bytes``.
         returncode: the candidate's exit status (negative: killed by that signal).
         isolation: the layers in force in the candidate, e.g.
-            ``netns,mountns,pidns,chroot,uid,landlock,seccomp,guards`` (root),
+            ``netns,mountns,chroot,uid,landlock,seccomp,guards`` (root),
             ``userns,netns,mountns,pidns,chroot,landlock,seccomp,guards`` (no root),
             ``landlock,seccomp,guards`` (namespaces refused); see docs/sandbox.md.
     """

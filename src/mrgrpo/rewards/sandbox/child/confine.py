@@ -7,10 +7,10 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``userns`` (not real root): a new user namespace mapping the caller's uid and gid to
   themselves, so the namespaces below need no privilege; every capability is dropped once
   the private root is built.
-* ``netns``, ``mountns``, ``pidns``: no network, a private mount table, a private process
-  tree (the candidate is process 1 of it: no other process can be named, so none can be
-  signalled or traced). The process that created them stays outside as a *relay* that only
-  waits and exits as its child did.
+* ``netns``, ``mountns``: no network, a private mount table; ``pidns`` (not real root: the
+  program shares the caller's uid): a private process tree (the program is process 1 of it:
+  no other process can be named, so none can be signalled or traced). The process that
+  created it stays outside as a *relay* that only waits and exits as its child did.
 * ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
   working directory: only the standard library (read-only bind, ``site-packages`` hidden),
   ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
@@ -77,7 +77,10 @@ def _namespaces(job, layers):
     _, libc, _ = _c()
     real_root = _real_root()
     uid, gid = posix.geteuid(), posix.getegid()
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | (0 if real_root else _CLONE_NEWUSER)
+    # As real root the program gets a fresh uid of its own (no process of it to signal or trace),
+    # so a PID namespace would add a fork per run for nothing; without root it shares the
+    # caller's uid, and its own process tree is what keeps the caller out of its reach.
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | (0 if real_root else _CLONE_NEWUSER | _CLONE_NEWPID)
     if libc.unshare(flags) != 0:
         raise OSError("unshare refused")
     if not real_root:
@@ -91,11 +94,12 @@ def _namespaces(job, layers):
             libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         layers.append("userns")
     layers += ["netns", "mountns"]
-    child = posix.fork()
-    if child:
-        _relay(child)
-    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
-    layers.append("pidns")
+    if not real_root:
+        child = posix.fork()
+        if child:
+            _relay(child)
+        libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        layers.append("pidns")
     return real_root
 
 
