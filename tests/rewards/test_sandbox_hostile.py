@@ -524,6 +524,7 @@ def test_efficiency_pays_for_the_algorithm_not_for_tricks():
 
 
 def test_an_algorithm_twice_as_fast_earns_one_half():
-    scores = efficiency_of([HONEST], reference=TWICE_THE_WORK)
-    assert scores["pass"] == [1.0]
-    assert 0.3 <= scores["efficiency"][0] <= 0.7, scores  # about one half (a loaded machine)
+    copies = [HONEST + f"\n# copy {i}\n" for i in range(3)]  # three programs, three timings
+    scores = efficiency_of(copies, reference=TWICE_THE_WORK)
+    assert scores["pass"] == [1.0] * 3
+    assert 0.3 <= sorted(scores["efficiency"])[1] <= 0.7, scores  # about one half (the median, on a loaded machine)

@@ -214,7 +214,8 @@ def workspace():
 
     efficiency = {
         "tricks": {"test": HEAVY_TESTS, "reference": HONEST, "programs": [HONEST, PRECOMPUTED, BURN_AT_LOAD]},
-        "twice-as-fast": {"test": HEAVY_TESTS, "reference": TWICE_THE_WORK, "programs": [HONEST]},
+        "twice-as-fast": {"test": HEAVY_TESTS, "reference": TWICE_THE_WORK,
+                          "programs": [HONEST + f"\n# copy {i}\n" for i in range(3)]},
     }
     with open(jobs + ".efficiency", "w") as handle:
         json.dump(efficiency, handle)
@@ -279,6 +280,6 @@ def test_every_privilege_mode(mode, workspace):
     assert attacks[list(ATTACKS).index("extra-elements-late-done")]["error_type"] == "MalformedReply"
     copy, precomputed, burner = got["efficiency"]["tricks"]
     assert copy <= 0.15 and precomputed <= 0.15 and burner == 0.0, got["efficiency"]  # nothing inflated
-    assert 0.3 <= got["efficiency"]["twice-as-fast"][0] <= 0.7, got["efficiency"]  # about one half (a loaded machine)
+    assert 0.3 <= sorted(got["efficiency"]["twice-as-fast"])[1] <= 0.7, got["efficiency"]  # about one half (median of 3)
     assert got["signals"] == []  # the caller never received a signal
     assert os.listdir(out) == []  # nothing written outside
