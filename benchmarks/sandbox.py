@@ -133,7 +133,7 @@ def _doubled(problem: dict) -> str:
 
 
 def efficiency_noise(trials: int, limit: int | None) -> None:
-    from mrgrpo.rewards.code import CodeExecutor, Timing, efficiency
+    from mrgrpo.rewards.code import CodeExecutor, efficiency
 
     executor = CodeExecutor(Limits(wall_s=20, cpu_s=20))
     problems = [p for p, _ in programs()[: len(programs()) // 2]][:limit]
