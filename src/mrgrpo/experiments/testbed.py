@@ -143,7 +143,7 @@ def warm_start(
     """
     import torch
 
-    from mrgrpo.train.tasks import build_dataset
+    from mrgrpo.tasks import task_rows
     from mrgrpo.train.tiny import build_model
 
     out_dir = Path(out_dir)
@@ -154,7 +154,7 @@ def warm_start(
     tokenizer = reloadable_tokenizer(out_dir.with_name(out_dir.name + ".tok"))
     model = build_model(tokenizer, seed=seed)
     splits = ["train", "eval"] if include_eval else ["train"]
-    rows = [row for split in splits for row in build_dataset(config.task, split, chat=True)]
+    rows = [row for split in splits for row in task_rows(config.task, split, chat=True)]
     rng = random.Random(seed)
     prompts = [tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True) for row in rows]
     expressions = [json.loads(row["task_entry"])["metadata"].get("expression", "") for row in rows]

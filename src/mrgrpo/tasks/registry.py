@@ -80,6 +80,13 @@ def resolve(spec: TaskSpec | Any) -> tuple[Task, TaskSpec]:
     )
 
 
+def task_rows(spec: TaskSpec | Any, split: str = "train", chat: bool = True) -> Any:
+    """The ``train`` (``size`` rows) or ``eval`` (``eval_size``, the task's test split) rows of a run's
+    ``task:`` section (a ``TaskConfig``, a :class:`TaskSpec` or a task name), resolved by :func:`resolve`."""
+    task, spec = resolve(spec)
+    return task.rows(spec, split, chat)
+
+
 def tasks_providing(columns: Sequence[str]) -> list[Task]:
     """The registered tasks whose rows have every one of ``columns``."""
     _import_builtins()
