@@ -22,7 +22,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 import mrgrpo
-from mrgrpo.command_errors import debug_enabled, reporting_user_errors
+from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.errors import InputError, UnknownNameError, UserError
 from mrgrpo.examples import EXAMPLES
 from mrgrpo.keyvalue import parse_options
@@ -33,7 +33,7 @@ class _App(TyperGroup):
     (a user error is one line and exit status 2; Ctrl-C exit status 130)."""
 
     def invoke(self, ctx: Any) -> Any:
-        with reporting_user_errors(debug=bool(ctx.params.get("debug")) or debug_enabled()):
+        with reporting_user_errors(debug=bool(ctx.params.get("debug"))):
             return super().invoke(ctx)
 
 

@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from mrgrpo.errors import UserError
@@ -33,35 +34,36 @@ def one_line(message: object) -> str:
     return "; ".join(part.strip() for part in str(message).splitlines() if part.strip()) or "(no message)"
 
 
+_debug: ContextVar[bool] = ContextVar("mrgrpo_debug", default=False)  # set by an enclosing --debug
+
+
 def debug_enabled() -> bool:
-    """``--debug`` was given to the ``mrgrpo`` group, or ``MRGRPO_DEBUG`` is set (not ``0``)."""
-    if os.environ.get("MRGRPO_DEBUG", "") not in ("", "0"):
-        return True
-    try:
-        import click
-    except ImportError:  # the verl launcher without the CLI's dependencies
-        return False
-    ctx = click.get_current_context(silent=True)
-    return bool(ctx is not None and ctx.find_root().params.get("debug"))
+    """``--debug`` was given to an enclosing :func:`reporting_user_errors` (the ``mrgrpo`` group's),
+    or ``MRGRPO_DEBUG`` is set (not ``0``)."""
+    return _debug.get() or os.environ.get("MRGRPO_DEBUG", "") not in ("", "0")
 
 
 @contextmanager
-def reporting_user_errors(debug: bool | None = None) -> Iterator[None]:
+def reporting_user_errors(debug: bool = False) -> Iterator[None]:
     """Run the body; a :class:`UserError` becomes ``error: ...`` on stderr and ``SystemExit(2)``,
-    a ``KeyboardInterrupt`` ``SystemExit(130)``. With ``debug`` (default :func:`debug_enabled`)
-    both propagate unchanged."""
+    a ``KeyboardInterrupt`` ``SystemExit(130)``. With ``debug`` (``--debug``; also seen by every
+    nested call) or ``MRGRPO_DEBUG`` both propagate unchanged."""
+    token = _debug.set(True) if debug else None
     try:
         yield
     except UserError as error:
-        if debug if debug is not None else debug_enabled():
+        if debug_enabled():
             raise
         print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
         raise SystemExit(USER_ERROR_EXIT) from None
     except KeyboardInterrupt:
-        if debug if debug is not None else debug_enabled():
+        if debug_enabled():
             raise
         print("interrupted", file=sys.stderr, flush=True)
         raise SystemExit(INTERRUPTED_EXIT) from None
+    finally:
+        if token is not None:
+            _debug.reset(token)
 
 
 def command(fn: F) -> F:
