@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrgrpo.errors import UnknownNameError
+from mrgrpo.errors import ConfigError, UnknownNameError
 
 RewardFn = Callable[..., list[float | None]]
 
@@ -122,7 +122,7 @@ class RewardSuite:
         by_name = {c.name: (c, w) for c, w in zip(self.components, self.weights)}
         unknown = [n for n in names if n not in by_name]
         if unknown:
-            raise ValueError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
+            raise ConfigError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
         chosen = [by_name[n] for n in names]
         new_weights = tuple(weights) if weights is not None else tuple(w for _, w in chosen)
         return RewardSuite(self.name, tuple(c for c, _ in chosen), new_weights)
@@ -132,7 +132,7 @@ class RewardSuite:
         if isinstance(weights, dict):
             unknown = [n for n in weights if n not in self.names]
             if unknown:
-                raise ValueError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
+                raise ConfigError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
             new = tuple(float(weights.get(n, w)) for n, w in zip(self.names, self.weights))
         else:
             new = tuple(float(w) for w in weights)
