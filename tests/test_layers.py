@@ -35,6 +35,12 @@ LAYERS = {
 ALLOWED_UPWARD = {
     ("mrgrpo.rewards.agent", "mrgrpo.data.agentdojo"),  # the agent suite reads AgentDojo's runtime through data/
 }
+ALLOWED_PRIVATE = {  # (importer, module, name)
+    ("mrgrpo.rewards.agent", "mrgrpo.rewards.tool_call", "_as_call"),
+    ("mrgrpo.experiments.compare", "mrgrpo.train.evaluate", "_render"),
+    ("mrgrpo.experiments.testbed", "mrgrpo.experiments.compare", "_evaluate"),
+    ("mrgrpo.experiments.testbed", "mrgrpo.experiments.compare", "_normalize"),
+}
 ALLOWED_CIRCLES = {
     frozenset({"mrgrpo.experiments.compare", "mrgrpo.experiments.testbed"}),  # compare <-> testbed
 }
@@ -88,6 +94,16 @@ def test_data_and_tasks_do_not_import_the_layers_above(path):
     assert not bad, f"{path.relative_to(SRC)} imports {bad}"
     if path.parent.name == "data":  # data sits beside tasks, not on top of it
         assert not any(name.startswith("mrgrpo.tasks") for name in _imports(path))
+
+
+def test_no_module_imports_the_private_names_of_another():
+    found = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mrgrpo"):
+                found |= {(module, node.module, a.name) for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__") and node.module != module}
+    assert not found - ALLOWED_PRIVATE, sorted(found - ALLOWED_PRIVATE)
 
 
 def _circles() -> list[frozenset[str]]:

@@ -279,14 +279,9 @@ def scaled_suite(base: str, scales: Mapping[str, float], tokenizer: Any = None, 
     and declared ranges alike (e.g. ``{base: math, scales: {length: 10}}``); weights unchanged.
     The estimators that normalize each objective (GDPO, SA-MRPO, CorrGRPO with
     ``numerator="standardized"``) are blind to such a rescaling; GRPO's weighted total is not."""
-    import inspect
+    from mrgrpo.rewards.base import get_suite, suite_info
 
-    from mrgrpo.rewards.base import _SUITES, _import_builtin_suites, get_suite
-
-    _import_builtin_suites()
-    if base not in _SUITES:
-        raise ValueError(f"unknown reward suite {base!r}")
-    if "tokenizer" in inspect.signature(_SUITES[base]).parameters:
+    if suite_info(base, where="scaled: base").takes_tokenizer:  # an unknown name: UnknownNameError
         options["tokenizer"] = tokenizer
     inner = get_suite(base, **options)
     unknown = sorted(set(scales) - set(inner.names))
