@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 import mrgrpo
@@ -196,3 +198,120 @@ def test_diagnose_runs_the_estimators_with_the_options_given(tmp_path, monkeypat
     assert calls[-1]["estimators"] is None  # default: every estimator that needs no options
     assert "belong to none" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "-o", "gamma=1"]))
     assert "--ranges" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "sa_mrpo"]))
+
+
+# ----------------------------------------------------------------------------- every entry point, one way
+# A bad option value, an unknown name and a missing extra give one line `error: ...` and exit status 2
+# from every command. The cases are a table so that new validations (and commands) add rows.
+
+
+def _hide(monkeypatch, *modules):
+    """Make ``modules`` (and their loaded submodules) unimportable, as if their extra were not installed."""
+    import sys
+
+    for name in modules:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            monkeypatch.setitem(sys.modules, loaded, None)
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+BAD_VALUES = {
+    "advantages -o": (["advantages", "{batch}", "-e", "grpo", "-o", "eps=-1e-5"], "eps must be a finite number"),
+    "advantages -o not YAML": (["advantages", "{batch}", "-e", "grpo", "-o", "eps=[1"], "--option value '[1' is not valid YAML"),
+    "advantages -o no =": (["advantages", "{batch}", "-e", "grpo", "-o", "eps"], "--option 'eps': expected key=value"),
+    "diagnose -o": (["diagnose", "{batch}", "-e", "grpo", "-o", "scale=grup"], "scale must be one of"),
+    "train --set": (["train", "--set", "estimator_options.eps=-1", "-e", "grpo", "--check"], "eps must be a finite number"),
+    "train --set not YAML": (["train", "--set", "trainer.learning_rate=[1e-5", "--check"], "--set value '[1e-5' is not valid YAML"),
+    "train --set empty key part": (["train", "--set", "trainer..learning_rate=1", "--check"], "empty key part"),
+    "compare -e options": (["compare", "-e", "grpo(eps=-1)", "--seeds", "1", "--out", "{tmp}/c"], "eps must be a finite number"),
+}
+UNKNOWN_NAMES = {
+    "advantages -e": (["advantages", "{batch}", "-e", "corr_grp"], "unknown estimator 'corr_grp' (did you mean corr_grpo"),
+    "advantages --example": (["advantages", "--example", "nope"], "--example: unknown example 'nope'; available: corrgrpo-fig2"),
+    "diagnose -e": (["diagnose", "{batch}", "-e", "nope"], "unknown estimator 'nope'"),
+    "train -e": (["train", "-e", "nope", "--check"], "unknown estimator 'nope'"),
+    "train task": (["train", "--set", "task.name=nope", "--set", "model=tiny", "--out", "{tmp}/r"], "unknown task 'nope'"),
+    "train suite": (["train", "--set", "rewards.suite=nope", "--set", "model=tiny", "--out", "{tmp}/r"],
+                    "rewards.suite: unknown reward suite 'nope'"),
+    "eval --task": (["eval", "-m", "tiny", "--task", "nope"], "--task must be one of"),
+    "tasks": (["tasks", "nope"], "unknown task 'nope'; available: math"),
+    "compare -e": (["compare", "-e", "nope", "--seeds", "1", "--out", "{tmp}/c"], "unknown estimator 'nope'"),
+    "analyze -e": (["analyze", "{batch}", "-e", "nope"], "unknown estimator 'nope'"),
+}
+MISSING_EXTRAS = {  # advantages, diagnose, estimators and tasks need no extra
+    "train without trl": (["trl"], ["train", "--check"], "pip install 'mrgrpo[trl]'"),
+    "train without plots": (["matplotlib"], ["train", "--check"], "pip install 'mrgrpo[plots]'"),
+    "train's default task without math": (
+        ["reasoning_gym"], ["train", "--set", "model=tiny", "--out", "{tmp}/r"],
+        "task 'chain_sum' is no registered task (math, qa, humaneval, code, bfcl, agentdojo, asb); as a reasoning-gym "
+        "dataset name it needs the 'math' extra (reasoning-gym is not installed): pip install 'mrgrpo[math]'",
+    ),
+    "eval without trl": (["trl"], ["eval", "-m", "tiny"], "pip install 'mrgrpo[trl]'"),
+    "compare without trl": (["trl"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[trl]'"),
+    "compare without plots": (["matplotlib"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[plots]'"),
+}
+
+
+def _args(args, tmp_path):
+    batch = tmp_path / "batch.jsonl"
+    if not batch.exists():
+        write_batch(batch)
+    return [a.format(batch=batch, tmp=tmp_path) for a in args]
+
+
+@pytest.mark.parametrize("args, expected", list(BAD_VALUES.values()), ids=list(BAD_VALUES))
+def test_a_bad_option_value_is_one_line_and_exit_2(args, expected, tmp_path):
+    assert expected in one_error_line(runner.invoke(app, _args(args, tmp_path)))
+
+
+@pytest.mark.parametrize("args, expected", list(UNKNOWN_NAMES.values()), ids=list(UNKNOWN_NAMES))
+def test_an_unknown_name_is_one_line_and_exit_2(args, expected, tmp_path, monkeypatch):
+    import mrgrpo.train.presets as presets
+
+    monkeypatch.setattr(presets, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert expected in one_error_line(runner.invoke(app, _args(args, tmp_path)))
+    assert not (tmp_path / "r").exists()  # refused before a run directory exists
+
+
+@pytest.mark.parametrize("hidden, args, expected", list(MISSING_EXTRAS.values()), ids=list(MISSING_EXTRAS))
+def test_a_missing_extra_is_one_line_with_its_install_line_and_exit_2(hidden, args, expected, tmp_path, monkeypatch):
+    args = _args(args, tmp_path)
+    _hide(monkeypatch, *hidden)
+    assert expected in one_error_line(runner.invoke(app, args))
+
+
+def test_unknown_names_raise_one_type_from_every_registry():
+    from mrgrpo.errors import ConfigError, UnknownNameError
+    from mrgrpo.rewards import get_suite
+    from mrgrpo.tasks import get_task, resolve
+
+    for lookup in (lambda: mrgrpo.get_estimator("nope"), lambda: get_suite("nope"), lambda: get_task("nope"),
+                   lambda: resolve("nope")):
+        with pytest.raises(UnknownNameError) as raised:
+            lookup()
+        assert isinstance(raised.value, ConfigError) and isinstance(raised.value, ValueError)
+        assert raised.value.name == "nope" and raised.value.available
+
+
+def test_the_debug_flag_shows_the_traceback_of_a_subcommand(tmp_path):
+    result = runner.invoke(app, ["--debug", "tasks", "nope"])
+    assert result.exit_code != 0 and type(result.exception).__name__ == "UnknownNameError"
+
+
+def test_the_one_error_path(monkeypatch, capsys):
+    from mrgrpo.command_errors import reporting_user_errors
+    from mrgrpo.errors import ConfigError
+
+    with pytest.raises(SystemExit) as done, reporting_user_errors():
+        raise ConfigError("first line\n  second line")
+    assert done.value.code == 2 and capsys.readouterr().err == "error: first line; second line\n"
+    with pytest.raises(SystemExit) as done, reporting_user_errors():
+        raise KeyboardInterrupt
+    assert done.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+    with pytest.raises(RuntimeError), reporting_user_errors():  # not a user's mistake: a bug, with its traceback
+        raise RuntimeError("bug")
+    with pytest.raises(ConfigError), reporting_user_errors(debug=True), reporting_user_errors():
+        raise ConfigError("an enclosing --debug reaches nested commands")
+    monkeypatch.setenv("MRGRPO_DEBUG", "1")
+    with pytest.raises(ConfigError), reporting_user_errors():
+        raise ConfigError("MRGRPO_DEBUG=1 shows the traceback")

@@ -11,45 +11,30 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
 import mrgrpo
-from mrgrpo.errors import InputError, UserError
+from mrgrpo.command_errors import reporting_user_errors
+from mrgrpo.errors import InputError, UnknownNameError, UserError
 from mrgrpo.examples import EXAMPLES
-from mrgrpo.yaml_numbers import load_yaml
+from mrgrpo.keyvalue import parse_options
 
 
 class _App(TyperGroup):
-    """The top-level group: turns user errors into one line and exit status 2 for every command."""
+    """The top-level group: every command runs inside :func:`mrgrpo.command_errors.reporting_user_errors`
+    (a user error is one line and exit status 2; Ctrl-C exit status 130)."""
 
     def invoke(self, ctx: Any) -> Any:
-        debug = bool(ctx.params.get("debug")) or os.environ.get("MRGRPO_DEBUG", "") not in ("", "0")
-        try:
+        with reporting_user_errors(debug=bool(ctx.params.get("debug"))):
             return super().invoke(ctx)
-        except UserError as error:
-            if debug:
-                raise
-            typer.echo(f"error: {_one_line(str(error))}", err=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            if debug:
-                raise
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(130) from None
-
-
-def _one_line(message: str) -> str:
-    return "; ".join(part.strip() for part in message.splitlines() if part.strip()) or "(no message)"
 
 
 app = typer.Typer(
@@ -98,22 +83,8 @@ def _parse_ranges(text: str | None) -> list[tuple[float, float]] | None:
 
 
 def _parse_options(items: list[str]) -> dict[str, Any]:
-    """``-o key=value`` items; values are YAML 1.2 (``eps=1e-5`` is a float, see :mod:`mrgrpo.yaml_numbers`)."""
-    options = {}
-    for item in items:
-        if "=" not in item:
-            _fail(f"--option must be key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        key = key.strip()
-        if not key:
-            _fail(f"--option {item!r}: empty key")
-        if key in options:
-            _fail(f"--option {key} is given twice")
-        try:
-            options[key] = load_yaml(value) if value.strip() else ""
-        except yaml.YAMLError:
-            _fail(f"--option {item!r}: the value is not valid YAML; quote it")
-    return options
+    """``-o key=value`` items, read by :func:`mrgrpo.keyvalue.parse_options` (``eps=1e-5`` is a float)."""
+    return parse_options(items, what="--option", example="eps=1e-5")
 
 
 def _estimator_names(text: str) -> list[str]:
@@ -123,10 +94,7 @@ def _estimator_names(text: str) -> list[str]:
     if not names:
         _fail(f"--estimator: no estimator named in {text!r}; give names separated by commas, or 'all'")
     for name in names:
-        try:
-            mrgrpo.get_estimator(name)
-        except ValueError as error:  # unknown name: one line listing the available ones
-            raise UserError(str(error)) from None
+        mrgrpo.get_estimator(name)  # an unknown name: UnknownNameError, listing the registered ones
     return list(dict.fromkeys(names))
 
 
@@ -256,7 +224,7 @@ def advantages(
 
 def _show_example(name: str) -> None:
     if name not in EXAMPLES:
-        _fail(f"unknown example {name!r}; available: {', '.join(EXAMPLES)}")
+        raise UnknownNameError("example", name, EXAMPLES, where="--example")
     ex = EXAMPLES[name]
     group = [0] * len(ex.rewards)
     table = Table(title=ex.title, caption=ex.source)

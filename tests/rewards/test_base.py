@@ -136,3 +136,25 @@ def test_registering_a_second_factory_under_a_taken_name_raises(monkeypatch):
     assert get_suite("test_only", scale=2.0).weights == (2.0,)
     with pytest.raises(ValueError, match="already registered"):
         register_suite("test_only")(lambda: None)
+
+
+def test_suites_declare_the_columns_they_read_and_the_suites_they_forward_to(monkeypatch):
+    from mrgrpo.errors import UnknownNameError
+    from mrgrpo.rewards import base, suite_info, suites_with_option
+
+    assert suite_info("math").columns == ("answer",) and suite_info("agent").columns == ("suite", "user_task", "injections")
+    sa = suite_info("code_sa_mrpo")  # takes **options and forwards them to `code`: code's options are its own
+    assert sa.forwards == ("code",) and not sa.open_ended
+    assert set(suite_info("code").option_names) <= set(sa.option_names)
+    assert "length_thresholds" in suite_info("math").option_names and suites_with_option("length_thresholds") == ["math"]
+    with pytest.raises(UnknownNameError, match="rewards.suite: unknown reward suite 'nope'"):
+        suite_info("nope", where="rewards.suite")
+    monkeypatch.setattr(base, "_SUITES", dict(base._SUITES))
+    monkeypatch.setattr(base, "_DECLARED", dict(base._DECLARED))
+
+    @register_suite("test_open", columns=("x",))
+    def open_suite(tokenizer=None, **options):
+        return get_suite("math")
+
+    info = suite_info("test_open")
+    assert info.open_ended and info.takes_tokenizer and info.columns == ("x",) and info.option_names == ("tokenizer",)

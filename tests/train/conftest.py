@@ -22,3 +22,25 @@ def tiny_config(**changes: Any) -> dict[str, Any]:
 @pytest.fixture
 def tiny() -> Any:
     return tiny_config
+
+
+#: The CPU settings of the short trainer runs the tests build by hand (TRL scripts, parity).
+TINY_GRPO_SETTINGS: dict[str, Any] = {
+    "max_completion_length": 8,
+    "learning_rate": 1e-3,
+    "use_cpu": True,
+    "bf16": False,
+    "gradient_checkpointing": False,
+    "report_to": "none",
+    "save_strategy": "no",
+    "logging_steps": 1,
+    "disable_tqdm": True,
+    "seed": 0,
+}
+
+
+def tiny_grpo_config(output_dir: Any, **settings: Any) -> Any:
+    """A TRL ``GRPOConfig`` for a few CPU steps in ``output_dir``: :data:`TINY_GRPO_SETTINGS`, then ``settings``."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(output_dir=str(output_dir), **{**TINY_GRPO_SETTINGS, **settings})

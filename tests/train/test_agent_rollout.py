@@ -12,7 +12,7 @@ pytest.importorskip("agentdojo")
 from mrgrpo.data import agentdojo as ad  # noqa: E402
 from mrgrpo.rewards.agent import score_batch  # noqa: E402
 from mrgrpo.rewards.tool_call import format_calls  # noqa: E402
-from mrgrpo.train.agent_rollout import Episode, episode_for, run_episodes  # noqa: E402
+from mrgrpo.tasks.episodes import Episode, episode_for, run_episodes  # noqa: E402
 
 
 def _block(calls) -> str:
@@ -178,7 +178,8 @@ def _fake_trainer(tokenizer, model, rows, max_completion_length=3000):
 @pytest.mark.parametrize("chat", [True, False])
 def test_token_rollout_executes_tools_masks_feedback_and_scores(chat):
     from mrgrpo.rewards import get_suite
-    from mrgrpo.train.agent_rollout import AgentRollout, plain_text
+    from mrgrpo.tasks import plain_text
+    from mrgrpo.train.agent_rollout import AgentRollout
     from mrgrpo.train.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()

@@ -26,6 +26,15 @@ def _gone(pid: int) -> bool:
     return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def _default_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM as a terminal gives them, whatever this test
+    process inherited (a background job of a non-interactive shell starts with SIGINT ignored,
+    and an ignored or blocked signal stays so across exec)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _start_child() -> multiprocessing.Process:
     child = multiprocessing.get_context("fork").Process(target=_sleeper, daemon=False)
     child.start()
@@ -86,7 +95,7 @@ def test_a_signalled_run_leaves_no_process_holding_its_output(sig, tmp_path):
     run = subprocess.Popen(
         [sys.executable, "-m", "mrgrpo.cli", "train", "--config", "configs/agentdojo.yaml", "--out", str(tmp_path / "r"),
          "--set", "max_steps=50"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_default_signals,
     )
     me = psutil.Process(run.pid)
     seen: set[int] = set()

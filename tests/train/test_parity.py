@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 
+from mrgrpo.tasks import task_rows
 from mrgrpo.train import MultiRewardGRPOTrainer
 from mrgrpo.train.config import TaskConfig
 from mrgrpo.train.presets import load_model
-from mrgrpo.train.tasks import build_dataset
+
+from .conftest import tiny_grpo_config
 
 STEPS = 2
 N = 8  # rollouts per step: 2 prompts x 4 generations
@@ -67,27 +69,13 @@ def _capture(cls):
 
 @pytest.fixture(scope="module")
 def dataset():
-    return build_dataset(TaskConfig(size=8, eval_size=1), "train", chat=True)
+    return task_rows(TaskConfig(size=8, eval_size=1), "train", chat=True)
 
 
 def _run(trainer_cls, dataset, tmp_path, weights, **kwargs) -> Captured:
     loaded = load_model("tiny")
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        max_steps=STEPS,
-        per_device_train_batch_size=N,
-        num_generations=4,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        reward_weights=weights,
-        seed=0,
+    args = tiny_grpo_config(
+        tmp_path, max_steps=STEPS, per_device_train_batch_size=N, num_generations=4, reward_weights=weights,
         **kwargs.pop("args", {}),
     )
     trainer = _capture(trainer_cls)(

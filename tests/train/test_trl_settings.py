@@ -17,10 +17,12 @@ from trl import GRPOConfig, GRPOTrainer
 from mrgrpo import compute_advantages
 from mrgrpo.errors import ConfigError
 from mrgrpo.rewards.base import RewardComponent, RewardSuite
+from mrgrpo.tasks import task_rows
 from mrgrpo.train.config import TaskConfig
 from mrgrpo.train.presets import load_model
-from mrgrpo.train.tasks import build_dataset
 from mrgrpo.train.trainer import MultiRewardGRPOTrainer, MultiRewardMixin, resolve_estimator
+
+from .conftest import tiny_grpo_config
 
 STEPS = 2
 GENERATIONS = 4
@@ -68,26 +70,16 @@ def recording(cls):
 
 @pytest.fixture(scope="module")
 def dataset():
-    return build_dataset(TaskConfig(size=8, eval_size=1), "train", chat=True)
+    return task_rows(TaskConfig(size=8, eval_size=1), "train", chat=True)
 
 
 def grpo_config(tmp_path, **settings) -> GRPOConfig:
-    return GRPOConfig(
-        output_dir=str(tmp_path),
+    return tiny_grpo_config(
+        tmp_path,
         max_steps=STEPS,
         per_device_train_batch_size=2 * GENERATIONS,
         num_generations=GENERATIONS,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
         reward_weights=WEIGHTS,
-        seed=0,
         **settings,
     )
 

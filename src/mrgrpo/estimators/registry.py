@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mrgrpo.errors import InputError
+from mrgrpo.errors import InputError, UnknownNameError
 from mrgrpo.estimators.groups import Groups, make_groups
 
 EstimatorFn = Callable[..., Tensor]
@@ -99,10 +99,7 @@ def get_estimator(name: str) -> Estimator:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown estimator {name!r}; available: {', '.join(available_estimators())} "
-            "(register your own with @mrgrpo.register_estimator)"
-        ) from None
+        raise UnknownNameError("estimator", name, available_estimators(), "register your own with @mrgrpo.register_estimator") from None
 
 
 #: dtypes computed in float32 (exactly representable there); every other input in float64.

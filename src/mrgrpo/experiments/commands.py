@@ -7,15 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from mrgrpo.errors import UserError
+from mrgrpo.command_errors import command
+from mrgrpo.errors import ConfigError, UserError
 from mrgrpo.extras import require
 
 
 def _fail(error: BaseException) -> None:
-    """One line on stderr, exit status 2 (a user's mistake, not a bug: no traceback)."""
-    message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2) from None
+    """A plain ``ValueError`` of the experiment code as a :class:`ConfigError`, reported like every
+    user error (:mod:`mrgrpo.command_errors`: one line, exit status 2)."""
+    raise error if isinstance(error, UserError) else ConfigError(str(error)) from None
 
 
 def compare_command(
@@ -60,5 +60,5 @@ def analyze_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``compare`` and ``analyze`` to ``app``."""
-    app.command("compare")(compare_command)
-    app.command("analyze")(analyze_command)
+    app.command("compare")(command(compare_command))
+    app.command("analyze")(command(analyze_command))

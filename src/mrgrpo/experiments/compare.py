@@ -35,8 +35,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
-from mrgrpo.yaml_numbers import load_yaml
+from mrgrpo.keyvalue import parse_call, split_top_level
 
 RESULT_FILE = "result.json"
 VIEWS = {
@@ -93,40 +94,18 @@ def load_compare_config(path: str | Path | None, overrides: list[str] | None = N
 
 def parse_estimators(text: str) -> list[str]:
     """Split ``"grpo,corr_grpo(numerator=standardized;min_corr_sum=0.5)"`` at top-level commas."""
-    items, depth, current = [], 0, ""
-    for char in text:
-        depth += char == "("
-        depth -= char == ")"
-        if char == "," and depth == 0:
-            items.append(current.strip())
-            current = ""
-        else:
-            current += char
-    items.append(current.strip())
-    return [item for item in items if item]
+    return split_top_level(text)
 
 
 def estimator_spec(label: str) -> tuple[str, dict[str, Any]]:
     """``"corr_grpo(shrinkage=auto;pooling=batch)"`` -> ``("corr_grpo", {"shrinkage": "auto", "pooling": "batch"})``.
-    Option values are YAML (numbers, strings, null); options are separated by ``;``."""
-    from mrgrpo.estimators import available_estimators, get_estimator
+    Read by :func:`mrgrpo.keyvalue.parse_call`: option values are YAML, separated by ``;``."""
+    from mrgrpo.estimators import get_estimator
 
-    name, _, rest = label.partition("(")
-    name = name.strip()
-    if name not in available_estimators():
-        raise ValueError(f"unknown estimator {name!r} in {label!r}; available: {', '.join(available_estimators())}")
-    options: dict[str, Any] = {}
-    if rest:
-        if not rest.endswith(")"):
-            raise ValueError(f"{label!r}: options go in parentheses, e.g. corr_grpo(shrinkage=auto;pooling=batch)")
-        for item in filter(None, (x.strip() for x in rest[:-1].split(";"))):
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ValueError(f"{label!r}: option {item!r} must be key=value")
-            options[key.strip()] = load_yaml(value) if value.strip() else ""  # 1e-5 is a number
-    unknown = sorted(set(options) - set(get_estimator(name).options))
+    name, options = parse_call(label)
+    unknown = sorted(set(options) - set(get_estimator(name).options))  # an unknown name: UnknownNameError
     if unknown:
-        raise ValueError(f"{label!r}: {name} has no option(s) {unknown}")
+        raise ConfigError(f"{label!r}: {name} has no option(s) {unknown}")
     return name, options
 
 

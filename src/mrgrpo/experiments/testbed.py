@@ -143,7 +143,7 @@ def warm_start(
     """
     import torch
 
-    from mrgrpo.train.tasks import build_dataset
+    from mrgrpo.tasks import task_rows
     from mrgrpo.train.tiny import build_model
 
     out_dir = Path(out_dir)
@@ -154,7 +154,7 @@ def warm_start(
     tokenizer = reloadable_tokenizer(out_dir.with_name(out_dir.name + ".tok"))
     model = build_model(tokenizer, seed=seed)
     splits = ["train", "eval"] if include_eval else ["train"]
-    rows = [row for split in splits for row in build_dataset(config.task, split, chat=True)]
+    rows = [row for split in splits for row in task_rows(config.task, split, chat=True)]
     rng = random.Random(seed)
     prompts = [tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True) for row in rows]
     expressions = [json.loads(row["task_entry"])["metadata"].get("expression", "") for row in rows]
@@ -279,14 +279,9 @@ def scaled_suite(base: str, scales: Mapping[str, float], tokenizer: Any = None, 
     and declared ranges alike (e.g. ``{base: math, scales: {length: 10}}``); weights unchanged.
     The estimators that normalize each objective (GDPO, SA-MRPO, CorrGRPO with
     ``numerator="standardized"``) are blind to such a rescaling; GRPO's weighted total is not."""
-    import inspect
+    from mrgrpo.rewards.base import get_suite, suite_info
 
-    from mrgrpo.rewards.base import _SUITES, _import_builtin_suites, get_suite
-
-    _import_builtin_suites()
-    if base not in _SUITES:
-        raise ValueError(f"unknown reward suite {base!r}")
-    if "tokenizer" in inspect.signature(_SUITES[base]).parameters:
+    if suite_info(base, where="scaled: base").takes_tokenizer:  # an unknown name: UnknownNameError
         options["tokenizer"] = tokenizer
     inner = get_suite(base, **options)
     unknown = sorted(set(scales) - set(inner.names))

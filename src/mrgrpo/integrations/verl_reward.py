@@ -43,11 +43,11 @@ VERL_EXTRA_KEYS = ("num_turns", "rollout_reward_scores", "mrgrpo_task")
 
 
 def _task(task: str | None, suite: str | None) -> Any:
+    from mrgrpo.rewards import suite_info
     from mrgrpo.tasks import TaskSpec, resolve, task_for_suite
-    from mrgrpo.tasks.base import suite_factory
 
     if suite:
-        suite_factory(suite)  # an unknown suite is named as such
+        suite_info(suite, where="reward_kwargs suite")  # an unknown suite is named as such
     if task:
         return resolve(TaskSpec(task))
     found = task_for_suite(suite or "math")

@@ -214,7 +214,7 @@ class _BatchScorer:
         return results
 
 
-@register_suite("agent")
+@register_suite("agent", columns=("suite", "user_task", "injections"))
 def agent_suite(weights: dict[str, float] | None = None, workers: int | None = None) -> RewardSuite:
     """The AgentDojo utility–security suite (see the module docstring).
 

@@ -5,16 +5,23 @@ A :class:`RewardComponent` is one named, range-checked, TRL-compatible reward fu
 becomes NaN in the reward matrix the estimators read). A :class:`RewardSuite` is an ordered
 set of components with default weights; its ``reward_ranges`` feed ``sa_mrpo``.
 
+Suites are registered by name (:func:`register_suite`), each declaring the dataset columns its
+components read and the suites it forwards options to; :func:`suite_info` is how other layers
+(tasks, the train job, verl's reward function) learn what a suite needs and takes.
+
 Completions may be plain strings or conversational (a list of ``{"role", "content"}``
 messages, as TRL passes for chat datasets); :func:`completion_text` normalizes both.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from mrgrpo.errors import ConfigError, UnknownNameError
 
 RewardFn = Callable[..., list[float | None]]
 
@@ -115,7 +122,7 @@ class RewardSuite:
         by_name = {c.name: (c, w) for c, w in zip(self.components, self.weights)}
         unknown = [n for n in names if n not in by_name]
         if unknown:
-            raise ValueError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
+            raise ConfigError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
         chosen = [by_name[n] for n in names]
         new_weights = tuple(weights) if weights is not None else tuple(w for _, w in chosen)
         return RewardSuite(self.name, tuple(c for c, _ in chosen), new_weights)
@@ -125,7 +132,7 @@ class RewardSuite:
         if isinstance(weights, dict):
             unknown = [n for n in weights if n not in self.names]
             if unknown:
-                raise ValueError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
+                raise ConfigError(f"suite {self.name!r} has no component(s) {unknown}; it has {self.names}")
             new = tuple(float(weights.get(n, w)) for n, w in zip(self.names, self.weights))
         else:
             new = tuple(float(w) for w in weights)
@@ -156,32 +163,93 @@ def conditioned(
     return RewardComponent(name or f"{component.name}_if_{on.name}", component.range, fn)
 
 
-_SUITES: dict[str, Callable[..., RewardSuite]] = {}
+@dataclass(frozen=True)
+class SuiteInfo:
+    """What a registered suite declares (:func:`register_suite`) and what its factory takes.
+
+    Attributes:
+        name: the registered name.
+        factory: ``(**options) -> RewardSuite``.
+        columns: the dataset columns its components read (``answer``, ``test``, ...); a task
+            pairs with the suite only if its rows provide them.
+        forwards: the suites whose factory options this one passes on through ``**options``
+            (``code_sa_mrpo`` forwards to ``code``): their options count as its own.
+    """
+
+    name: str
+    factory: Callable[..., RewardSuite]
+    columns: tuple[str, ...] = ()
+    forwards: tuple[str, ...] = ()
+
+    def _parameters(self) -> list[inspect.Parameter]:
+        return list(inspect.signature(self.factory).parameters.values())
+
+    @property
+    def takes_tokenizer(self) -> bool:
+        """Whether the factory takes the policy's ``tokenizer`` (to count tokens)."""
+        return any(p.name == "tokenizer" for p in self._parameters())
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """The options the factory takes by name, then those of the suites it forwards to."""
+        own = [p.name for p in self._parameters() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        forwarded = [n for suite in self.forwards for n in suite_info(suite).option_names]
+        return tuple(dict.fromkeys(own + forwarded))
+
+    @property
+    def open_ended(self) -> bool:
+        """Whether any option name is accepted: the factory takes ``**options`` and forwards them
+        to no declared suite (or to one that is itself open-ended)."""
+        if self.forwards:
+            return any(suite_info(suite).open_ended for suite in self.forwards)
+        return any(p.kind is p.VAR_KEYWORD for p in self._parameters())
 
 
-def register_suite(name: str) -> Callable[[Callable[..., RewardSuite]], Callable[..., RewardSuite]]:
-    """Register a suite factory ``(**options) -> RewardSuite`` under ``name``."""
+_SUITES: dict[str, Callable[..., RewardSuite]] = {}  # name -> factory
+_DECLARED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # name -> (columns, forwards)
+
+
+def register_suite(
+    name: str, columns: Sequence[str] = (), forwards: Sequence[str] = ()
+) -> Callable[[Callable[..., RewardSuite]], Callable[..., RewardSuite]]:
+    """Register a suite factory ``(**options) -> RewardSuite`` under ``name``.
+
+    ``columns``: the dataset columns its components read; ``forwards``: the suites it passes
+    ``**options`` on to (see :class:`SuiteInfo`)."""
 
     def decorator(factory: Callable[..., RewardSuite]) -> Callable[..., RewardSuite]:
         if name in _SUITES and _SUITES[name] is not factory:
             raise ValueError(f"a reward suite named {name!r} is already registered")
         _SUITES[name] = factory
+        _DECLARED[name] = (tuple(columns), tuple(forwards))
         return factory
 
     return decorator
 
 
-def get_suite(name: str, **options: Any) -> RewardSuite:
-    """Build the suite registered under ``name`` (see :func:`available_suites`)."""
+def suite_info(name: str, where: str = "") -> SuiteInfo:
+    """What suite ``name`` declares; :class:`~mrgrpo.errors.UnknownNameError` (``where`` first) if
+    no suite has that name."""
     _import_builtin_suites()
     if name not in _SUITES:
-        raise ValueError(f"unknown reward suite {name!r}; available: {sorted(_SUITES)}")
-    return _SUITES[name](**options)
+        raise UnknownNameError("reward suite", name, sorted(_SUITES), where=where)
+    columns, forwards = _DECLARED.get(name, ((), ()))
+    return SuiteInfo(name, _SUITES[name], columns, forwards)
+
+
+def get_suite(name: str, **options: Any) -> RewardSuite:
+    """Build the suite registered under ``name`` (see :func:`available_suites`)."""
+    return suite_info(name).factory(**options)
 
 
 def available_suites() -> list[str]:
     _import_builtin_suites()
     return sorted(_SUITES)
+
+
+def suites_with_option(option: str) -> list[str]:
+    """The registered suites that take ``option`` (to say where a misplaced option belongs)."""
+    return [name for name in available_suites() if option in suite_info(name).option_names]
 
 
 def _import_builtin_suites() -> None:

@@ -493,7 +493,7 @@ def _limits(timeout: float | None, memory_mb: int | None, limits: Limits | None)
     return Limits(**{**base.__dict__, **changes})
 
 
-@register_suite("code")
+@register_suite("code", columns=("test",))
 def code_suite(
     components: Sequence[str] = CODE_COMPONENTS,
     weights: Sequence[float] | None = None,
@@ -539,7 +539,7 @@ def code_suite(
     return RewardSuite("code", chosen, weights)
 
 
-@register_suite("code_sa_mrpo")
+@register_suite("code_sa_mrpo", columns=("test",), forwards=("code",))
 def code_sa_mrpo_suite(weights: Sequence[float] = (1.0, 1.0), **options: Any) -> RewardSuite:
     """SA-MRPO's code setup: ``pass_rate`` (fraction of test cases passed) and ``executable``."""
     suite = code_suite(components=SA_MRPO_COMPONENTS, weights=weights, **options)

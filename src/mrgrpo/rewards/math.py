@@ -338,7 +338,7 @@ def length_reward(thresholds: Sequence[int] = DEFAULT_LENGTH_THRESHOLDS, tokeniz
     return RewardComponent("length", (0.0, 1.0), fn)
 
 
-@register_suite("math")
+@register_suite("math", columns=("answer",))
 def math_suite(
     answer_format: str = "answer_tag",
     think: bool = False,

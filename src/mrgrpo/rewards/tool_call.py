@@ -396,7 +396,7 @@ def format_reward(think: bool = True) -> RewardComponent:
     return RewardComponent("format", (0.0, 1.0), fn)
 
 
-@register_suite("tool_call")
+@register_suite("tool_call", columns=("functions", "ground_truth"))
 def tool_call_suite(think: bool = True, weights: dict[str, float] | Sequence[float] | None = None) -> RewardSuite:
     """The ``tool_call`` suite: format, function_name, parameter_names, parameter_values, all_exact.
 

@@ -11,18 +11,9 @@ Built in: ``math`` (reasoning-gym; any reasoning-gym dataset name is a shorthand
 with their options.
 """
 
-from mrgrpo.tasks.base import (
-    Option,
-    PromptFit,
-    Task,
-    TaskSpec,
-    check_columns,
-    check_scorable,
-    check_suite_options,
-    plain_text,
-    prompt_tokens,
-)
-from mrgrpo.tasks.registry import available_tasks, get_task, register_task, resolve, task_for_suite
+from mrgrpo.tasks.base import Option, PromptFit, Task, TaskSpec, plain_text, prompt_tokens
+from mrgrpo.tasks.checks import check_columns, check_scorable, check_suite_options
+from mrgrpo.tasks.registry import available_tasks, get_task, register_task, resolve, task_for_suite, task_rows
 
 __all__ = [
     "Option",
@@ -39,4 +30,5 @@ __all__ = [
     "register_task",
     "resolve",
     "task_for_suite",
+    "task_rows",
 ]

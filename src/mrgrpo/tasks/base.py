@@ -13,13 +13,14 @@ A :class:`Task` bundles everything a run needs to know about *where prompts come
   context (``drop``: the row is left out; ``compact``: the row is rebuilt with a shorter tool
   listing first, then dropped if still too long). Prompts are measured in the policy's tokens.
 
-Tasks are registered by name (:mod:`mrgrpo.tasks.registry`); ``mrgrpo tasks`` lists them.
-This module imports nothing from ``mrgrpo.train``: the layers point one way.
+Tasks are registered by name (:mod:`mrgrpo.tasks.registry`); ``mrgrpo tasks`` lists them. The
+checks that pair a task with a reward suite live in :mod:`mrgrpo.tasks.checks`. This module
+imports nothing from ``mrgrpo.train`` nor from the registry: the arrows point one way
+(``base`` <- ``registry`` <- ``checks``).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,15 +32,6 @@ log = logging.getLogger("mrgrpo.tasks")
 
 Messages = list[dict[str, str]]
 
-# The columns each built-in reward suite reads (a suite not listed here is checked on sample rows only).
-SUITE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "math": ("answer",),
-    "tool_call": ("functions", "ground_truth"),
-    "code": ("test",),
-    "code_sa_mrpo": ("test",),
-    "agent": ("suite", "user_task", "injections"),
-}
-SAMPLE_ROWS = 8  # rows scored by the pre-model-load check (every component must score one of them)
 
 
 @dataclass(frozen=True)
@@ -287,95 +279,3 @@ class Task:
             "split": self.split,
             "options": {k: {"default": o.default, "help": o.help} for k, o in self.all_options().items()},
         }
-
-
-# ---------------------------------------------------------------------- pairing checks
-
-
-def suite_factory(name: str) -> Callable[..., Any]:
-    """The registered factory of reward suite ``name`` (a :class:`ConfigError` when unknown)."""
-    from mrgrpo.rewards.base import _SUITES, _import_builtin_suites
-
-    _import_builtin_suites()
-    if name not in _SUITES:
-        raise ConfigError(f"rewards.suite: unknown reward suite {name!r}; available: {', '.join(sorted(_SUITES))}")
-    return _SUITES[name]
-
-
-def suite_option_names(name: str) -> tuple[list[str], bool]:
-    """``(option names, takes **kwargs)`` of a suite factory."""
-    params = inspect.signature(suite_factory(name)).parameters.values()
-    names = [p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    return names, any(p.kind is p.VAR_KEYWORD for p in params)
-
-
-def check_suite_options(suite: str, options: Mapping[str, Any]) -> None:
-    """Options that the suite's factory does not take (e.g. a preset's leftover math option) are errors."""
-    names, open_ended = suite_option_names(suite)
-    if suite == "code_sa_mrpo":  # forwards **options to the code suite
-        names, open_ended = names + suite_option_names("code")[0], False
-    unknown = [k for k in options if k not in names]
-    if unknown and not open_ended:
-        owners = _owning_suites(unknown[0])
-        hint = f"; it is an option of suite {', '.join(owners)}" if owners else ""
-        raise ConfigError(
-            f"rewards.options: {', '.join(unknown)} is not an option of suite {suite!r} "
-            f"(its options: {', '.join(n for n in names if n != 'tokenizer') or 'none'}){hint}"
-        )
-
-
-def _owning_suites(option: str) -> list[str]:
-    from mrgrpo.rewards.base import _SUITES
-
-    return [name for name in sorted(_SUITES) if option in suite_option_names(name)[0]]
-
-
-def check_columns(task: Task, suite: str) -> None:
-    """A suite that reads a column the task does not provide is an error naming both."""
-    needed = SUITE_COLUMNS.get(suite, ())
-    missing = [c for c in needed if c not in task.columns]
-    if missing:
-        from mrgrpo.tasks.registry import tasks_providing
-
-        fits = [t.name for t in tasks_providing(needed)]
-        raise ConfigError(
-            f"suite {suite!r} needs column(s) {', '.join(missing)}, which task {task.name!r} does not provide "
-            f"(it provides {', '.join(task.columns)}); use suite {task.suite!r} with this task"
-            + (f", or a task that provides them: {', '.join(fits)}" if fits else "")
-        )
-
-
-def check_scorable(task: Task, suite: Any, dataset: Any) -> dict[str, float]:
-    """Every component of ``suite`` scores at least one of the first :data:`SAMPLE_ROWS` rows
-    (their reference completions, where the task knows one). Returns each component's mean on them.
-
-    A component that returns nothing but ``None`` would train with zero signal: a :class:`ConfigError`."""
-    n = min(SAMPLE_ROWS, len(dataset))
-    if n == 0:
-        raise ConfigError(f"task {task.name!r}: no rows (check task.size and task.options)")
-    rows = [dataset[i] for i in range(n)]
-    completions = [task.reference(row) or "" for row in rows]
-    columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
-    prompts = [row["prompt"] for row in rows]
-    means: dict[str, float] = {}
-    silent: list[str] = []
-    for component in suite.components:
-        try:
-            values = component(prompts, completions, **columns)
-        except (KeyError, ValueError, TypeError) as error:
-            raise ConfigError(
-                f"suite {suite.name!r}: component {component.name!r} cannot score rows of task {task.name!r}: {error}"
-            ) from None
-        kept = [v for v in values if v is not None]
-        if not kept:
-            silent.append(component.name)
-        else:
-            means[component.name] = sum(kept) / len(kept)
-    if silent:
-        keep = [c for c in suite.names if c not in silent]
-        raise ConfigError(
-            f"suite {suite.name!r}: component(s) {', '.join(silent)} scored none of {n} sample rows of task "
-            f"{task.name!r} (they would train with zero signal, e.g. no reference solution to compare with); "
-            f"set rewards.components: [{', '.join(keep)}] or give the rows what they read"
-        )
-    return means

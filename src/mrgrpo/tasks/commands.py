@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from mrgrpo.command_errors import command
+
 
 def tasks_command(
     name: Annotated[Optional[str], typer.Argument(help="show only this task")] = None,
@@ -17,14 +19,9 @@ def tasks_command(
     from rich.console import Console
     from rich.table import Table
 
-    from mrgrpo.errors import ConfigError
     from mrgrpo.tasks.registry import describe_all, get_task
 
-    try:
-        rows = [get_task(name).describe()] if name else describe_all()
-    except ConfigError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+    rows = [get_task(name).describe()] if name else describe_all()
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
         return
@@ -46,4 +43,4 @@ def tasks_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``tasks`` to ``app``."""
-    app.command("tasks")(tasks_command)
+    app.command("tasks")(command(tasks_command))

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrgrpo.errors import ConfigError
-from mrgrpo.tasks.base import PromptFit, Task, TaskSpec, check_columns, check_scorable, check_suite_options, suite_factory
+from mrgrpo.tasks.base import PromptFit, Task, TaskSpec
+from mrgrpo.tasks.checks import check_columns, check_scorable, check_suite_options, suite_factory
 from mrgrpo.tasks.registry import resolve
 
 

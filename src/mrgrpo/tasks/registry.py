@@ -12,7 +12,9 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mrgrpo.errors import ConfigError
+from mrgrpo.errors import ConfigError, UnknownNameError
+from mrgrpo.extras import import_extra
+from mrgrpo.rewards.base import suite_info
 from mrgrpo.tasks.base import Task, TaskSpec
 
 _TASKS: dict[str, Task] = {}
@@ -46,26 +48,26 @@ def get_task(name: str) -> Task:
     """The task registered as ``name`` (no reasoning-gym shorthand; see :func:`resolve`)."""
     _import_builtins()
     if name not in _TASKS:
-        raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(_TASKS)} (or any reasoning-gym dataset name)")
+        raise UnknownNameError("task", name, available_tasks(), "or any reasoning-gym dataset name")
     return _TASKS[name]
 
 
-def _reasoning_gym_names() -> set[str]:
-    try:
-        from reasoning_gym.factory import DATASETS
-    except ImportError:
-        return set()
-    return set(DATASETS)
+def _reasoning_gym_names(name: str) -> set[str]:
+    """reasoning-gym's dataset names; :class:`MissingExtraError` (the ``math`` extra) when it is not
+    installed, since ``name`` (no registered task) may be one of them."""
+    feature = f"task {name!r} is no registered task ({', '.join(available_tasks())}); as a reasoning-gym dataset name it"
+    return set(import_extra("reasoning_gym.factory", "math", feature).DATASETS)
 
 
 def resolve(spec: TaskSpec | Any) -> tuple[Task, TaskSpec]:
     """``(task, spec)`` of a run's ``task:`` section; a reasoning-gym dataset name becomes the ``math``
-    task with ``options.dataset`` set. Unknown names are a :class:`ConfigError`."""
+    task with ``options.dataset`` set. An unknown name is an :class:`~mrgrpo.errors.UnknownNameError`;
+    with reasoning-gym not installed, a :class:`~mrgrpo.errors.MissingExtraError` naming the ``math`` extra."""
     spec = TaskSpec.of(spec)
     _import_builtins()
     if spec.name in _TASKS:
         return _TASKS[spec.name], spec
-    if spec.name in _reasoning_gym_names():
+    if spec.name in _reasoning_gym_names(spec.name):
         options = dict(spec.options)
         if options.get("dataset", spec.name) != spec.name:
             raise ConfigError(f"task {spec.name!r} with options.dataset {options['dataset']!r}: name one dataset")
@@ -73,10 +75,16 @@ def resolve(spec: TaskSpec | Any) -> tuple[Task, TaskSpec]:
         return _TASKS["math"], TaskSpec(
             "math", options, spec.size, spec.eval_size, spec.seed, spec.system_prompt, spec.few_shot
         )
-    raise ConfigError(
-        f"unknown task {spec.name!r}; tasks: {', '.join(_TASKS)}, or any reasoning-gym dataset name "
-        "(`mrgrpo tasks` lists them)"
+    raise UnknownNameError(
+        "task", spec.name, available_tasks(), "or any reasoning-gym dataset name (`mrgrpo tasks` lists them)"
     )
+
+
+def task_rows(spec: TaskSpec | Any, split: str = "train", chat: bool = True) -> Any:
+    """The ``train`` (``size`` rows) or ``eval`` (``eval_size``, the task's test split) rows of a run's
+    ``task:`` section (a ``TaskConfig``, a :class:`TaskSpec` or a task name), resolved by :func:`resolve`."""
+    task, spec = resolve(spec)
+    return task.rows(spec, split, chat)
 
 
 def tasks_providing(columns: Sequence[str]) -> list[Task]:
@@ -86,11 +94,12 @@ def tasks_providing(columns: Sequence[str]) -> list[Task]:
 
 
 def task_for_suite(suite: str) -> Task:
-    """The first registered task whose default suite is ``suite`` (verl's reward function with only
-    ``suite`` given); a :class:`ConfigError` when none is."""
+    """The first registered task whose default suite is ``suite``, or one ``suite`` forwards its
+    options to (verl's reward function with only ``suite`` given); a :class:`ConfigError` when none is."""
     _import_builtins()
+    accepted = (suite, *suite_info(suite, where="reward_kwargs suite").forwards)
     for task in _TASKS.values():
-        if task.suite == suite or (suite == "code_sa_mrpo" and task.suite == "code"):
+        if task.suite in accepted:
             return task
     raise ConfigError(f"no task has suite {suite!r} as its default; name the task (reward_kwargs task: ...)")
 

@@ -2,7 +2,7 @@
 
 The turn loop itself (:class:`~mrgrpo.tasks.episodes.Episode`: parse the policy's
 ``<tool_call>`` blocks, run them in the task's environment, feed the results back) lives in
-:mod:`mrgrpo.tasks.episodes`, below the training layer; its names are re-exported here.
+:mod:`mrgrpo.tasks.episodes`, below the training layer (import its names from there).
 
 Why not TRL's own tool loop: TRL 1.16 (``tools=`` / ``environment_factory=``) parses calls
 with the tokenizer's response schema and needs a chat template that renders tool calls (and
@@ -21,20 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrgrpo.rewards.agent import final_output
-from mrgrpo.tasks.base import plain_text
+from mrgrpo.tasks.episodes import Episode, Renderer, episode_for
 from mrgrpo.train import trl_compat
-from mrgrpo.tasks.episodes import (  # noqa: F401  (re-exported: the turn loop lives below train)
-    DEFAULT_MAX_TOOL_CHARS,
-    DEFAULT_MAX_TURNS,
-    Episode,
-    Messages,
-    Policy,
-    Renderer,
-    episode_for,
-    model_policy,
-    run_episodes,
-    take_turn,
-)
 
 
 @dataclass

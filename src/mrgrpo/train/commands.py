@@ -14,13 +14,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from mrgrpo.errors import UserError
+from mrgrpo.command_errors import command
+from mrgrpo.errors import ConfigError
 from mrgrpo.extras import require
 from mrgrpo.tasks import available_tasks
-
-
-def _one_line(error: BaseException) -> str:
-    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def train_command(
@@ -62,28 +59,29 @@ def train_command(
     started = time.monotonic()
     require("trl", "mrgrpo train")
     require("plots", "mrgrpo train (TensorBoard events and the run report's plots)")
-    from mrgrpo.train.config import ConfigError, load_config
+    from mrgrpo.train.config import load_config, read_config_mapping
     from mrgrpo.train.job import check_resume, load_run_config, run_train
 
-    try:
+    if resume is not None:
+        if config is not None or out is not None:
+            raise ConfigError("--resume takes the run's own config.yaml; drop --config/--out (use --set to change keys)")
+        overrides = list(set_ or []) + ([f"estimator={estimator}"] if estimator else [])
+        cfg = load_run_config(resume, overrides)
+    else:
+        if allow_change:
+            raise ConfigError("--allow-change only applies to --resume RUN_DIR")
+        if config is not None and "experiment" in read_config_mapping(config)[0]:
+            raise ConfigError(
+                f"{config} has an `experiment` section: it is a `mrgrpo compare` config (several estimators x seeds); "
+                f"run `mrgrpo compare -c {config}`, or drop the section to train one run"
+            )
+        cfg = load_config(config, list(set_ or []), estimator)
+    if check:
         if resume is not None:
-            if config is not None or out is not None:
-                raise ConfigError("--resume takes the run's own config.yaml; drop --config/--out (use --set to change keys)")
-            overrides = list(set_ or []) + ([f"estimator={estimator}"] if estimator else [])
-            cfg = load_run_config(resume, overrides)
-        else:
-            if allow_change:
-                raise ConfigError("--allow-change only applies to --resume RUN_DIR")
-            cfg = load_config(config, list(set_ or []), estimator)
-        if check:
-            if resume is not None:
-                check_resume(cfg, resume, allow_change)
-            typer.echo(cfg.to_yaml(), nl=False)
-            return
-        result = run_train(cfg, out=out, resume=resume, job_started=started, allow_changes=allow_change)
-    except UserError as error:
-        typer.echo(f"error: {_one_line(error)}", err=True)
-        raise typer.Exit(2) from None
+            check_resume(cfg, resume, allow_change)
+        typer.echo(cfg.to_yaml(), nl=False)
+        return
+    result = run_train(cfg, out=out, resume=resume, job_started=started, allow_changes=allow_change)
     if result.interrupted:
         raise typer.Exit(143 if "SIGTERM" in result.stop_reason else 130)
 
@@ -113,28 +111,14 @@ def eval_command(
     require("trl", "mrgrpo eval")
     from mrgrpo.train.evaluate import print_table, run_eval
 
-    try:
-        result = run_eval(
-            model, task, samples=samples, limit=limit, max_new_tokens=max_new_tokens, config_path=config, out=out,
-            attack=attack,
-        )
-    except UserError as error:
-        typer.echo(f"error: {_one_line(error)}", err=True)
-        raise typer.Exit(2) from None
+    result = run_eval(
+        model, task, samples=samples, limit=limit, max_new_tokens=max_new_tokens, config_path=config, out=out,
+        attack=attack,
+    )
     print_table(result)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``train`` and ``eval`` to ``app``."""
-    app.command("train")(train_command)
-    app.command("eval")(eval_command)
-
-
-def main() -> None:  # ``python -m mrgrpo.train.commands`` before the CLI wires it in
-    app = typer.Typer(add_completion=False, no_args_is_help=True)
-    register(app)
-    app()
-
-
-if __name__ == "__main__":
-    main()
+    """Add ``train`` and ``eval`` to ``app`` (a user error: one line, exit status 2, on any app)."""
+    app.command("train")(command(train_command))
+    app.command("eval")(command(eval_command))

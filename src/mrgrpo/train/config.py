@@ -30,6 +30,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from mrgrpo.errors import ConfigError
+from mrgrpo.keyvalue import parse_assignment, yaml_problem
+from mrgrpo.keyvalue import parse_value as parse_value  # the reader of one ``--set`` value
 from mrgrpo.yaml_numbers import load_yaml
 
 # GRPOConfig fields mrgrpo sets itself from the top level of the config (one source of truth).
@@ -260,33 +262,13 @@ def _format_validation_error(error: ValidationError, source: str) -> str:
     return f"invalid config ({source}): " + "; ".join(problems)
 
 
-def parse_value(text: str) -> Any:
-    """A ``--set`` value: YAML 1.2 (numbers in any notation, ``true``/``false``, ``null``, lists,
-    mappings; see :mod:`mrgrpo.yaml_numbers`); an empty value is the empty string."""
-    if not text.strip():
-        return ""
-    try:
-        return load_yaml(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"--set value {text!r} is not valid YAML ({_yaml_problem(error)}); quote strings with ':' or '#'") from None
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    mark = getattr(error, "problem_mark", None)
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
-
-
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``key.sub=value`` assignments applied to a raw config mapping (a copy)."""
+    """``key.sub=value`` assignments (read by :func:`mrgrpo.keyvalue.parse_assignment`: YAML 1.2
+    values) applied to a raw config mapping (a copy)."""
     data = copy.deepcopy(data)
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value (e.g. --set trainer.learning_rate=1e-5)")
-        key, text = item.split("=", 1)
-        parts = key.strip().split(".")
-        if not all(parts):
-            raise ConfigError(f"--set {item!r}: empty key part")
+        key, value = parse_assignment(item, "--set", dotted=True, example="trainer.learning_rate=1e-5")
+        parts = [part.strip() for part in key.split(".")]
         node = data
         for part in parts[:-1]:
             child = node.get(part)
@@ -295,7 +277,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if not isinstance(child, dict):
                 raise ConfigError(f"--set {item!r}: {part!r} is not a mapping")
             node = child
-        node[parts[-1]] = parse_value(text)
+        node[parts[-1]] = value
     return data
 
 
@@ -330,7 +312,7 @@ def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(error)}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(error)}") from None
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")

@@ -323,10 +323,10 @@ def _run_train(
     rollout_log = RolloutLogger(run_dir)  # every step's reward batch, for `mrgrpo analyze`
     trainer_class, task_kwargs = MultiRewardGRPOTrainer, {}
     if prepared.task.rollout == "multi_turn":  # the task's environment answers between turns
-        from mrgrpo.train.agent_rollout import AgentRollout, _trainer_class
+        from mrgrpo.train.agent_rollout import AgentGRPOTrainer, AgentRollout
 
         rollout_options = {k: prepared.options[k] for k in prepared.task.rollout_options}
-        trainer_class = _trainer_class()
+        trainer_class = AgentGRPOTrainer
         task_kwargs = {"rollout": AgentRollout(**rollout_options, episode_factory=prepared.task.episode)}
     trainer = trainer_class(
         **task_kwargs,

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.errors import ConfigError, MissingExtraError
 
 MODULE = "mrgrpo.integrations.verl"
@@ -78,6 +79,8 @@ def main() -> None:
 
     @hydra.main(config_path=config_dir, config_name="ppo_trainer", version_base=None)
     def run(config):
-        main_ppo.main(prepare(config))  # Hydra hands a composed config straight to verl's task
+        with reporting_user_errors():  # one line, exit 2 (not Hydra's "Error executing job" traceback)
+            config = prepare(config)
+        main_ppo.main(config)  # Hydra hands a composed config straight to verl's task
 
     run()

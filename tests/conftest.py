@@ -1,0 +1,60 @@
+"""What every test runs under, whoever starts the suite (a terminal, ``make test &``, CI).
+
+* **The hub is offline.** ``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1`` and
+  ``TRANSFORMERS_OFFLINE=1`` are set here, before any test module imports ``huggingface_hub``,
+  ``datasets`` or ``transformers``, and every subprocess a test starts inherits them: mrgrpo
+  downloads nothing at run time, so a test that needed a download fails instead of fetching.
+* **A skip cannot hide a broken install.** With ``CI=true`` (or ``1``/``yes``),
+  ``pytest.importorskip`` of a module whose top-level package *is* installed, but which fails to
+  import, fails the test instead of skipping it (:func:`importorskip`); tests that import an
+  optional dependency by hand call :func:`importorskip` too. Without ``CI``, such a test skips
+  with the import error as its reason, as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from typing import Any
+
+import pytest
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+os.environ.update(OFFLINE)
+
+_pytest_importorskip = pytest.importorskip
+
+
+def in_ci() -> bool:
+    """Whether ``CI`` says this is a CI run (``true``, ``1`` or ``yes``, any case)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def installed(module: str) -> bool:
+    """Whether the top-level package of ``module`` is installed (found without importing it)."""
+    try:
+        return importlib.util.find_spec(module.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def importorskip(modname: str, minversion: str | None = None, reason: str | None = None, **kwargs: Any) -> Any:
+    """``pytest.importorskip``, except that under CI an installed package that fails to import (any
+    exception, not only ``ImportError``) fails the test. Not installed: a skip, as always."""
+    if not installed(modname):
+        return _pytest_importorskip(modname, minversion, reason, **kwargs)
+    try:
+        importlib.import_module(modname)
+    except Exception as error:  # noqa: BLE001 - whatever breaks the import
+        if in_ci():
+            pytest.fail(
+                f"{modname} is installed but does not import ({type(error).__name__}: {error}); "
+                "under CI=true this fails instead of skipping",
+                pytrace=False,
+            )
+        pytest.skip(reason or f"{modname} is installed but does not import: {error}", allow_module_level=True)
+    return _pytest_importorskip(modname, minversion, reason, **kwargs)  # imported: checks minversion
+
+
+pytest.importorskip = importorskip  # every test file's importorskip goes through the CI rule
