@@ -1,0 +1,109 @@
+"""SAW: component weights from each component's coefficient of variation over the batch (arXiv 2606.07705)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mrgrpo.errors import ConfigError
+from mrgrpo.estimators._multi import batch_mean_std, choice_option, ddof_option, eps_option, number_option
+from mrgrpo.estimators.gdpo import summed_zscores
+from mrgrpo.estimators.groups import Groups
+from mrgrpo.estimators.grpo import grpo
+from mrgrpo.estimators.registry import register_estimator
+
+MODES = ("grpo", "gdpo")
+
+
+def cv_weights(rewards: Tensor, reward_mins: Tensor | None, delta: float) -> Tensor:
+    """``ω_k = K · CV_k / (Σ_l CV_l + delta)`` ``[K]`` float64, with ``r̃_k = r_k − min_k`` and
+    ``CV_k = std_batch(r̃_k) / (|mean_batch(r̃_k)| + delta)`` (unbiased std over the scored
+    entries; a component with fewer than two has CV 0); all 1 when every CV is 0.
+    ``reward_mins`` ``None``: each component's batch minimum."""
+    values = rewards.to(torch.float64)
+    present = ~torch.isnan(values)
+    if reward_mins is None:
+        reward_mins = torch.where(present, values, torch.full_like(values, float("inf"))).amin(dim=0)
+        reward_mins = torch.where(torch.isfinite(reward_mins), reward_mins, torch.zeros_like(reward_mins))
+    mean, std = batch_mean_std(values - reward_mins, ddof=1)
+    cv = torch.where(present.any(dim=0), std / (mean.abs() + delta), torch.zeros_like(std))
+    total = cv.sum()
+    k = rewards.shape[1]
+    if float(total) == 0.0:
+        return torch.ones(k, dtype=torch.float64, device=rewards.device)
+    return k * cv / (total + delta)
+
+
+def _mins_option(reward_mins: Any, k: int) -> Tensor | None:
+    if reward_mins is None:
+        return None
+    try:
+        mins = torch.as_tensor(reward_mins, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise ConfigError(f"saw: reward_mins must be {k} numbers (each component's minimum), got {reward_mins!r}") from None
+    if mins.shape != (k,) or not bool(torch.isfinite(mins).all()):
+        raise ConfigError(
+            f"saw: reward_mins must be {k} finite numbers, one per component (e.g. the lower ends of the "
+            f"reward ranges), got {reward_mins!r}"
+        )
+    return mins
+
+
+@register_estimator("saw")
+def saw(
+    rewards: Tensor,
+    groups: Groups,
+    weights: Tensor,
+    *,
+    mode: str = "grpo",
+    reward_mins: Any = None,
+    delta: float = 1e-8,
+    eps: float = 1e-4,
+    ddof: int = 1,
+) -> Tensor:
+    """SAW advantage: components weighted by their batch coefficient of variation, then GRPO
+    (``mode="grpo"``) or GDPO (``mode="gdpo"``).
+
+    SAW (arXiv 2606.07705; code github Zhaolutuan/SAW): a component whose values barely move
+    relative to their level (a saturated format reward) carries little signal; weighting by the
+    CV over the whole batch moves weight to the components that still discriminate.
+
+    ``r̃_k = r_k − min_k``; ``CV_k = std_batch(r̃_k)/(|mean_batch(r̃_k)| + delta)`` (unbiased);
+    ``ω_k = K · CV_k / (Σ_l CV_l + delta)`` (all 1 if Σ CV = 0).
+    ``mode="grpo"``: ``T_i = Σ_k ω_k w_k r_ik`` (unshifted rewards), then GRPO's group z-score
+    ``(T − mean_g T)/(std_g T + eps)``. ``mode="gdpo"``: ``S_i = Σ_k ω_k w_k z_ik`` with GDPO's
+    per-component z-scores, then ``(S − mean S)/(std S + eps)`` over the scored rollouts.
+
+    Args:
+        rewards: ``[N, K]`` float32 or float64; NaN = not scored (left out of the batch CV and
+            of the group statistics).
+        groups: the grouping (groups of any size, in any order).
+        weights: ``[K]`` base weights ``w_k`` (the official code has none: weights 1).
+        mode: ``"grpo"`` (default, the official ``grpo-h``) or ``"gdpo"`` (``gdpo-h``).
+        reward_mins: ``K`` theoretical minima to shift by; default each component's batch
+            minimum (then the CV is of ``r − min_batch r``).
+        delta: in the CV's and the weights' denominators, 1e-8 as the official code.
+        eps: added to every std (group, and the batch std of ``mode="gdpo"``); 1e-4 as
+            ``grpo``; the official code uses 1e-6 in its group z-scores.
+        ddof: of the group (and batch) stds; the CV's std is always unbiased.
+
+    Returns:
+        ``[N]`` in the computing dtype. ``reward_mins=[-3, 0], eps=1e-6`` on two rewards
+        reproduces the official code, which is hard-wired to two rewards with a +3 shift of
+        ToolRL's correctness (in groups of two or more; the official code gives a group of one
+        mean 0 and std 1, i.e. its raw total, where mrgrpo gives 0; and its ``gdpo-h`` whitens
+        per token, ``rsqrt(var + 1e-8)``, where this whitens per rollout with ``std + eps``).
+    """
+    choice_option(mode, "mode", MODES, "saw")
+    mins = _mins_option(reward_mins, rewards.shape[1])
+    delta = number_option(delta, "delta", "saw", low=0.0)
+    eps = eps_option(eps, "saw")
+    ddof = ddof_option(ddof, "saw")
+    if mins is not None:
+        mins = mins.to(rewards.device)
+    coefficients = cv_weights(rewards, mins, delta) * weights
+    if mode == "grpo":
+        return grpo(rewards, groups, coefficients, eps=eps, ddof=ddof)
+    return summed_zscores(rewards, groups, coefficients, eps, ddof, batch_norm=True)
