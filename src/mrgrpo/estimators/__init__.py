@@ -13,8 +13,10 @@ from mrgrpo.estimators.registry import (
     available_estimators,
     check_reward_values,
     compute_advantages,
+    compute_advantages_with_state,
     get_estimator,
     register_estimator,
+    validate_options,
 )
 
 __all__ = [
@@ -25,7 +27,9 @@ __all__ = [
     "corr_grpo_ema",
     "update_correlation_state",
     "compute_advantages",
+    "compute_advantages_with_state",
     "get_estimator",
     "make_groups",
     "register_estimator",
+    "validate_options",
 ]
