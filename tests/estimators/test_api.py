@@ -87,7 +87,7 @@ BAD = [
     (dict(rewards=[[1.0], [0.0]], group_ids=torch.tensor([0.0, 0.0])), "floating-point"),
     (dict(rewards=[[1.0, 0.0]], group_ids=[0], weights=[1.0]), "one entry per reward component"),
     (dict(rewards=[[1.0, 0.0]], group_ids=[0], weights=[1.0, float("nan")]), "finite"),
-    (dict(rewards=[[1.0]], group_ids=[0], estimator="ppo"), "available: corr_grpo"),
+    (dict(rewards=[[1.0]], group_ids=[0], estimator="ppo"), "available: constrained_grpo, corpo, corr_grpo"),
     (dict(rewards=[[1.0]], group_ids=[0], estimator="grpo", gamma=1.0), "no option"),
     (dict(rewards=[[1.0]], group_ids=[0], estimator="grpo", scale="token"), "scale must be one of"),
     (dict(rewards=[[1.0]], group_ids=[0], estimator="grpo", eps=-1), "eps must be"),
