@@ -16,7 +16,9 @@ from .test_job import CrashAt
 
 
 def _state(checkpoint):
-    return json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())["correlation_ema"]
+    record = json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())
+    assert record["estimator"] == "corr_grpo"
+    return record["state"]
 
 
 def test_correlation_ema_state_is_checkpointed_and_resumed(tmp_path):
