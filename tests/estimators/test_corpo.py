@@ -61,7 +61,7 @@ def test_a_threshold_below_every_mean_is_dr_grpo(make_batch):
 
 @pytest.mark.parametrize(
     "options,message",
-    [({}, "corpo needs threshold"), ({"threshold": float("inf")}, "finite or -inf"), ({"threshold": "high"}, "must be a number"),
+    [({}, r"corpo needs option\(s\) \['threshold'\], e.g. threshold=0.5"), ({"threshold": float("inf")}, "finite or -inf"), ({"threshold": "high"}, "must be a number"),
      ({"threshold": float("nan")}, "must be a number")],
 )
 def test_bad_options_raise_one_line(options, message):

@@ -56,39 +56,19 @@ def choice_option(value: Any, name: str, choices: tuple[str, ...], estimator: st
     return value
 
 
-def component_names_option(names: Any, k: int, estimator: str) -> list[str] | None:
-    """``None`` or ``K`` distinct strings: the names that string roles resolve against."""
-    if names is None:
-        return None
-    if isinstance(names, str) or not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
-        raise ConfigError(f"{estimator}: component_names must be a list of {k} strings, got {names!r}")
-    if len(names) != k:
-        raise ConfigError(f"{estimator}: component_names has {len(names)} names but rewards have {k} components")
-    if len(set(names)) != k:
-        raise ConfigError(f"{estimator}: component_names must be distinct, got {list(names)}")
-    return list(names)
+def component_index(spec: Any, k: int, option: str, estimator: str) -> int:
+    """A role's column index. The registry has already turned a component name into its index
+    (:func:`~mrgrpo.estimators.registry.validate_options`); this guards direct calls."""
+    if isinstance(spec, bool) or not isinstance(spec, int) or not 0 <= spec < k:
+        raise ConfigError(f"{estimator}: {option} must be a component index 0..{k - 1}, got {spec!r}")
+    return spec
 
 
-def resolve_component(spec: Any, names: list[str] | None, k: int, option: str, estimator: str) -> int:
-    """The column index of a role given as an index (negative counts from the end) or a name.
-
-    A name resolves against ``component_names`` (the reward suite's names, which the trainers
-    pass); without them only indices are accepted.
-    """
-    if isinstance(spec, str):
-        if names is None:
-            raise ConfigError(
-                f"{estimator}: {option}={spec!r} is a component name but no component_names were given: "
-                f"pass component_names=[...] (K = {k} names) or a component index 0..{k - 1}"
-            )
-        if spec not in names:
-            raise ConfigError(f"{estimator}: {option}={spec!r} is not a component; the components are {names}")
-        return names.index(spec)
-    if isinstance(spec, bool) or not isinstance(spec, int):
-        raise ConfigError(f"{estimator}: {option} must be a component index or name, got {spec!r}")
-    if not -k <= spec < k:
-        raise ConfigError(f"{estimator}: {option}={spec} is out of range for {k} components (use 0..{k - 1})")
-    return spec % k
+def given(options: dict[str, Any], checks: dict[str, Any]) -> None:
+    """Run ``checks[name](value)`` for each option the caller gave (a registry ``validate``)."""
+    for name, check in checks.items():
+        if name in options:
+            check(options[name])
 
 
 def check_unused_weights(weights: Tensor, unused: Sequence[int], estimator: str, hint: str) -> None:

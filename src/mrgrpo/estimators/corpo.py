@@ -9,14 +9,26 @@ import torch
 from torch import Tensor
 
 from mrgrpo.errors import ConfigError
-from mrgrpo.estimators._multi import number_option
+from mrgrpo.estimators._multi import given, number_option
 from mrgrpo.estimators.grpo import grpo, weighted_total
 from mrgrpo.estimators.groups import Groups
 from mrgrpo.estimators.registry import register_estimator
 
 
-@register_estimator("corpo")
-def corpo(rewards: Tensor, groups: Groups, weights: Tensor, *, threshold: Any = None) -> Tensor:
+def check_threshold(threshold: Any) -> float:
+    """A finite number or ``-inf``."""
+    value = number_option(threshold, "threshold", "corpo", allow_inf=True)
+    if value == math.inf:
+        raise ConfigError("corpo: threshold must be finite or -inf (which gives dr_grpo), got inf")
+    return value
+
+
+def _validate(options: dict, num_components: int | None) -> None:
+    given(options, {"threshold": check_threshold})
+
+
+@register_estimator("corpo", combine="other", unscaled=True, validate=_validate, example_options={"threshold": 0.5})
+def corpo(rewards: Tensor, groups: Groups, weights: Tensor, *, threshold: float) -> Tensor:
     """CoRPO advantage ``A_i = T_i − max(mean_g T, threshold)`` with ``T_i = Σ_k w_k r_ik``.
 
     Correctness-Relative Policy Optimization (arXiv 2511.04439): GRPO's mean baseline lets a
@@ -40,14 +52,7 @@ def corpo(rewards: Tensor, groups: Groups, weights: Tensor, *, threshold: Any = 
         0, one below it ``T − threshold``. Computed as ``(T − mean_g T) − max(0, threshold −
         mean_g T)``: the first term is ``dr_grpo``'s (exact zeros for a constant group).
     """
-    if threshold is None:
-        raise ConfigError(
-            "corpo needs threshold: the passing score on the scale of the weighted total, e.g. threshold=0.5 "
-            "(threshold=float('-inf') is dr_grpo)"
-        )
-    threshold = number_option(threshold, "threshold", "corpo", allow_inf=True)
-    if threshold == math.inf:
-        raise ConfigError("corpo: threshold must be finite or -inf, got inf")
+    threshold = check_threshold(threshold)
     centered = grpo(rewards, groups, weights, scale="none")
     if threshold == -math.inf:
         return centered

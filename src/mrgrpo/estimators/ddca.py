@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from mrgrpo.errors import ConfigError
-from mrgrpo.estimators._multi import check_unused_weights, component_names_option, number_option, resolve_component
+from mrgrpo.estimators._multi import check_unused_weights, component_index, given, number_option
 from mrgrpo.estimators.groups import Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
 
@@ -30,7 +30,14 @@ def floored_zscores(x: Tensor, groups: Groups) -> Tensor:
     return groups.per_row(moments.unscaled() / groups.spread(denominator))
 
 
-@register_estimator("ddca")
+def _validate(options: dict, num_components: int | None) -> None:
+    given(options, {"beta": lambda v: number_option(v, "beta", "ddca")})
+    correctness, length = options.get("correctness", 0), options.get("length", 1)
+    if isinstance(correctness, int) and correctness == length:
+        raise ConfigError(f"ddca: correctness and length name the same component ({correctness}): give two different ones")
+
+
+@register_estimator("ddca", combine="other", roles=("correctness", "length"), validate=_validate)
 def ddca(
     rewards: Tensor,
     groups: Groups,
@@ -39,7 +46,6 @@ def ddca(
     correctness: Any = 0,
     length: Any = 1,
     beta: float = 0.2,
-    component_names: Any = None,
 ) -> Tensor:
     """DDCA advantage ``A_i = A_acc,i + beta · A_len,i``.
 
@@ -63,12 +69,11 @@ def ddca(
         groups: the grouping (groups of any size, in any order).
         weights: not used: each must be 1 (the default) or 0 (a :class:`ConfigError` otherwise:
             the length term's weight is ``beta``).
-        correctness: the correctness component: an index, or a name resolved against
-            ``component_names``. Default 0.
-        length: the length component (raw lengths, e.g. tokens): index or name. Default 1.
+        correctness: the correctness component, default 0: its index, or (where the component
+            names are known: the trainers, the CLI, ``validate_options(..., component_names=)``)
+            its name, which the registry resolves to the index before this runs.
+        length: the length component (raw lengths, e.g. tokens), index or name; default 1.
         beta: the length term's coefficient, default 0.2; ``beta = 0`` is the accuracy z-score.
-        component_names: ``K`` component names (the reward suite's, passed by the trainers),
-            so that ``correctness``/``length`` may be names.
 
     Returns:
         ``[N]`` in the computing dtype. NaN: a rollout whose correctness is NaN is left out of
@@ -78,9 +83,8 @@ def ddca(
         ``advantage_dca_grpo(use_dynamic=True)`` on each group (its eps 1e-8).
     """
     k = rewards.shape[1]
-    names = component_names_option(component_names, k, "ddca")
-    acc_col = resolve_component(correctness, names, k, "correctness", "ddca")
-    len_col = resolve_component(length, names, k, "length", "ddca")
+    acc_col = component_index(correctness, k, "correctness", "ddca")
+    len_col = component_index(length, k, "length", "ddca")
     if acc_col == len_col:
         raise ConfigError(f"ddca: correctness and length name the same component ({acc_col}): give two different ones")
     beta = number_option(beta, "beta", "ddca")

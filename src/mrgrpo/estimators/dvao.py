@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._multi import ddof_option, eps_option, true_std
+from mrgrpo.estimators._multi import ddof_option, eps_option, given, true_std
 from mrgrpo.estimators.groups import Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
 
@@ -23,7 +23,11 @@ def spread_weights(sigma: Tensor, weights: Tensor) -> Tensor:
     return torch.where(denominator != 0, numerator / safe, torch.zeros_like(numerator))
 
 
-@register_estimator("dvao")
+def _validate(options: dict, num_components: int | None) -> None:
+    given(options, {"eps": lambda v: eps_option(v, "dvao"), "ddof": lambda v: ddof_option(v, "dvao")})
+
+
+@register_estimator("dvao", combine="normalize_then_sum", validate=_validate)
 def dvao(rewards: Tensor, groups: Groups, weights: Tensor, *, eps: float = 1e-4, ddof: int = 1) -> Tensor:
     """DVAO advantage ``A_i = Σ_k w̃_gk z_ik`` with ``w̃_gk = w_k σ_gk / Σ_l w_l σ_gl``.
 

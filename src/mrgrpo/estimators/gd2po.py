@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._multi import choice_option, ddof_option, eps_option, flat_zscores, number_option
+from mrgrpo.estimators._multi import choice_option, ddof_option, eps_option, flat_zscores, given, number_option
 from mrgrpo.estimators.groups import Groups, batch_standardize
 from mrgrpo.estimators.registry import register_estimator
 
@@ -28,7 +28,16 @@ def conflict_filter(contributions: Tensor, mode: str, tau: float) -> tuple[Tenso
     return summed, conflict & (agreement < tau)
 
 
-@register_estimator("gd2po")
+def _validate(options: dict, num_components: int | None) -> None:
+    given(options, {
+        "mode": lambda v: choice_option(v, "mode", MODES, "gd2po"),
+        "tau": lambda v: number_option(v, "tau", "gd2po"),
+        "eps": lambda v: eps_option(v, "gd2po"),
+        "ddof": lambda v: ddof_option(v, "gd2po"),
+    })
+
+
+@register_estimator("gd2po", combine="normalize_then_sum", batch_norm=True, validate=_validate)
 def gd2po(
     rewards: Tensor,
     groups: Groups,

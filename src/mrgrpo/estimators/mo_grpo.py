@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from mrgrpo.estimators._multi import ddof_option, eps_option
+from mrgrpo.estimators._multi import ddof_option, eps_option, given
 from mrgrpo.estimators.gdpo import summed_zscores
 from mrgrpo.estimators.groups import Groups
 from mrgrpo.estimators.registry import register_estimator
 
 
-@register_estimator("mo_grpo")
+def _validate(options: dict, num_components: int | None) -> None:
+    given(options, {"eps": lambda v: eps_option(v, "mo_grpo"), "ddof": lambda v: ddof_option(v, "mo_grpo")})
+
+
+@register_estimator("mo_grpo", combine="normalize_then_sum", validate=_validate)
 def mo_grpo(rewards: Tensor, groups: Groups, weights: Tensor, *, eps: float = 1e-4, ddof: int = 1) -> Tensor:
     """MO-GRPO advantage ``A_i = Σ_k w_k (r_ik − mean_g r_k)/(std_g r_k + eps)``.
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from mrgrpo.errors import ConfigError
-from mrgrpo.estimators._multi import batch_mean_std, choice_option, ddof_option, eps_option, number_option
+from mrgrpo.estimators._multi import batch_mean_std, choice_option, ddof_option, eps_option, given, number_option
 from mrgrpo.estimators.gdpo import summed_zscores
 from mrgrpo.estimators.groups import Groups
 from mrgrpo.estimators.grpo import grpo
@@ -51,7 +51,28 @@ def _mins_option(reward_mins: Any, k: int) -> Tensor | None:
     return mins
 
 
-@register_estimator("saw")
+def _validate(options: dict, num_components: int | None) -> None:
+    given(options, {
+        "mode": lambda v: choice_option(v, "mode", MODES, "saw"),
+        "delta": lambda v: number_option(v, "delta", "saw", low=0.0),
+        "eps": lambda v: eps_option(v, "saw"),
+        "ddof": lambda v: ddof_option(v, "saw"),
+    })
+    if options.get("reward_mins") is not None:
+        k = num_components if num_components is not None else _length(options["reward_mins"])
+        _mins_option(options["reward_mins"], k)
+
+
+def _length(value: Any) -> int:
+    try:
+        return len(value)
+    except TypeError:
+        return -1
+
+
+# (the traits are those of the default mode, "grpo"; mode="gdpo" normalizes then sums, then
+# normalizes over the batch)
+@register_estimator("saw", combine="sum_then_normalize", validate=_validate)
 def saw(
     rewards: Tensor,
     groups: Groups,
