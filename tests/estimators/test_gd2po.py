@@ -24,6 +24,19 @@ def test_equals_the_per_group_loop(make_batch, rel_error, seed, options, contigu
     assert rel_error(ours, expected) <= (1e-6 if dtype == torch.float32 else 1e-12)
 
 
+@pytest.mark.parametrize("mode", ["hard", "snr"])
+def test_float32_graded_rewards_decide_conflicts_as_float64(rel_error, mode):
+    # Graded rewards put values exactly at their group's mean (z = 0): in float32 arithmetic such
+    # a z-score is ~1e-7, above the 1e-8 sign threshold, and would flip the conflict test.
+    rng = np.random.default_rng(0)
+    rewards = np.stack([rng.integers(0, 2, 1200), rng.random(1200).round(1), (rng.random(1200) * 4).round() / 4], axis=1)
+    ids = np.repeat(np.arange(200), 6)
+    ours = mrgrpo.compute_advantages(torch.tensor(rewards, dtype=torch.float32), ids, "gd2po", mode=mode)
+    assert ours.dtype == torch.float32
+    exact = rewards.astype(np.float32).astype(np.float64)  # the values the estimator sees
+    assert rel_error(ours, reference.gd2po(exact, list(ids), mode=mode)) <= 1e-6
+
+
 def test_worked_example():
     # One group of 4, unbiased std, eps = 0.
     # r1 = [0, 0, 1, 1]: mean 0.5, std sqrt(1/3) = 0.577350 -> z1 = [-0.866025, -0.866025, 0.866025, 0.866025]

@@ -77,7 +77,8 @@ def gd2po(
         ddof: of both stds; 1 (unbiased, as the official code) by default.
 
     Returns:
-        ``[N]`` in the computing dtype. Fewer than two kept rollouts (or all kept values equal)
+        ``[N]`` float64 (the registry rounds it to the input's dtype: the z-scores and the
+        conflict test are computed in float64 for float32 inputs too). Fewer than two kept rollouts (or all kept values equal)
         give zeros. A group of one contributes 0 before the whitening (the official code gives
         it mean 0, std 1, i.e. its raw rewards), and the whitening is per rollout (the official
         code whitens per token, ``(x − mean)·rsqrt(var + 1e-8)``, which weights long responses
@@ -87,7 +88,10 @@ def gd2po(
     tau = min(max(number_option(tau, "tau", "gd2po"), 0.0), 1.0)
     eps = eps_option(eps, "gd2po")
     ddof = ddof_option(ddof, "gd2po")
-    contributions = flat_zscores(rewards, groups, eps, ddof) * weights.to(rewards.dtype)
+    # In float64 whatever the input: the sign test at 1e-8 is below float32's resolution of a
+    # z-score (a value at its group's mean would get |z| ~ 1e-7 and count as a direction).
+    rewards = rewards.to(torch.float64)
+    contributions = flat_zscores(rewards, groups, eps, ddof) * weights
     summed, dropped = conflict_filter(contributions, mode, tau)
     scored = ~torch.isnan(rewards).all(dim=1)
     kept = scored & ~dropped
