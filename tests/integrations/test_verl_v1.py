@@ -132,11 +132,29 @@ def expected(rows, estimator, weights=WEIGHTS, **options):
 
 
 def options_for(estimator):
+    """verl's eps where the estimator has one, plus its registered example options (and ranges)."""
     spec = mrgrpo.get_estimator(estimator)
     options = {"eps": VERL_EPS} if "eps" in spec.options else {}
-    if "reward_ranges" in spec.options:
+    options.update(spec.example_options)
+    if spec.needs_ranges:
         options["reward_ranges"] = [[0.0, 1.0]] * len(KEYS)
     return options
+
+
+def weights_for(estimator):
+    """The weights an estimator computes with: the configured ones with weight 1 on the
+    components its roles name (a role's component enters through its role, e.g. a cost through
+    its multiplier), or none (all ones) for one registered with ``uses_weights=False``, to which
+    the adapter passes none."""
+    spec = mrgrpo.get_estimator(estimator)
+    if not spec.uses_weights:
+        return None
+    weights = list(WEIGHTS)
+    for role in spec.roles:
+        named = spec.example_options.get(role)
+        for index in named if isinstance(named, list) else [] if named is None else [named]:
+            weights[index] = 1.0
+    return weights
 
 
 # ---- the trainers ------------------------------------------------------------------------------
@@ -164,9 +182,9 @@ def test_every_v1_trainer_is_wrapped_and_verls_own_estimators_are_untouched():
 def test_single_turn_batch_every_estimator(estimator):
     meta, rows = put_batch(seed=1, prompts=3, sessions=4)
     options = options_for(estimator)
-    mrgrpo_block = {"components": KEYS, "weights": WEIGHTS, "options": {k: v for k, v in options.items() if k != "eps"}}
+    mrgrpo_block = {"components": KEYS, "weights": weights_for(estimator), "options": {k: v for k, v in options.items() if k != "eps"}}
     adv, returns = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
-    want = expected(rows, estimator, **options)
+    want = expected(rows, estimator, weights=weights_for(estimator), **options)
     torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(returns, adv)
     assert adv.abs().sum() > 0
@@ -179,9 +197,10 @@ def test_multi_turn_batch_every_estimator_sessions_grouped_by_prompt(estimator):
     meta, rows = put_batch(seed=2, prompts=3, sessions=4, max_turns=3, padding=3)
     assert len(rows) > len({r["session"] for r in rows})  # some sessions have several outputs
     options = options_for(estimator)
-    mrgrpo_block = {"components": KEYS, "weights": WEIGHTS, "options": {k: v for k, v in options.items() if k != "eps"}}
+    mrgrpo_block = {"components": KEYS, "weights": weights_for(estimator), "options": {k: v for k, v in options.items() if k != "eps"}}
     adv, _ = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
-    torch.testing.assert_close(adv.double(), expected(rows, estimator, **options), atol=1e-6, rtol=1e-5)
+    want = expected(rows, estimator, weights=weights_for(estimator), **options)
+    torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
     # every output of a session carries the same advantage on its response tokens
     for session in {r["session"] for r in rows}:
         values = {round(float(adv[i, : len(r["mask"])][r["mask"].bool()][0]), 6) for i, r in enumerate(rows) if r["session"] == session and r["mask"].any()}

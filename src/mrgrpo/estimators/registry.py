@@ -23,7 +23,8 @@ need to know about it, so none of them keeps a table of names: how it combines c
 each component's range (``needs_ranges``), which options name components (``roles``), a check
 of its option values that needs no data (``validate``), options to run it with in examples and
 tests (``example_options``) and how GRPOConfig's / verl's std-scaling settings map onto it
-(``scale_option``, ``unscaled``, ``trl_default``). :func:`validate_options` applies them.
+(``scale_option``, ``unscaled``, ``trl_default``) and whether it uses the component weights
+(``uses_weights``). :func:`validate_options` applies the option checks.
 
 **State.** An estimator whose function has a keyword-only parameter ``state`` is *stateful*:
 it is called as ``fn(rewards, groups, weights, *, state=..., **options)`` and returns
@@ -94,6 +95,9 @@ class Estimator:
         trl_default: the GRPOConfig ``multi_objective_aggregation`` whose stock TRL advantages
             this estimator reproduces at its defaults: the one a trainer runs when no
             estimator is named (grpo for ``sum_then_normalize``, gdpo for ``normalize_then_sum``).
+        uses_weights: combines the components with the weights ``w_k``; ``False`` (e.g. an
+            estimator with fixed roles) makes the adapters pass no weights (all ones) instead
+            of the suite's.
         stateful: its function takes ``state`` and returns ``(advantages, new_state)``.
     """
 
@@ -111,6 +115,7 @@ class Estimator:
     scale_option: str | None = None
     unscaled: bool = False
     trl_default: str | None = None
+    uses_weights: bool = True
     stateful: bool = False
 
     @property
@@ -133,6 +138,7 @@ class Estimator:
             "scale_option": self.scale_option,
             "unscaled": self.unscaled,
             "trl_default": self.trl_default,
+            "uses_weights": self.uses_weights,
             "required": self.required,
         }
 
@@ -166,6 +172,7 @@ def register_estimator(
     scale_option: str | None = None,
     unscaled: bool = False,
     trl_default: str | None = None,
+    uses_weights: bool = True,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, weights, *, **options)`` under ``name``.
 
@@ -231,7 +238,7 @@ def register_estimator(
             name, fn, options, doc.splitlines()[0] if doc else "", screens_rewards,
             combine=combine, batch_norm=batch_norm, needs_ranges=needs_ranges, roles=role_names,
             validate=validate, example_options=examples, scale_option=scale_option, unscaled=unscaled,
-            trl_default=trl_default, stateful=stateful,
+            trl_default=trl_default, uses_weights=uses_weights, stateful=stateful,
         )
         return fn
 
@@ -464,6 +471,8 @@ def validate_options(
     options: dict[str, Any],
     num_components: int | None = None,
     component_names: list[str] | tuple[str, ...] | None = None,
+    *,
+    partial: bool = False,
 ) -> dict[str, Any]:
     """Check an estimator's options without data; return them with roles resolved to indices.
 
@@ -474,6 +483,9 @@ def validate_options(
     (``num_components``) may be ``None`` where it is not known yet: checks that need it wait.
     This is what every entry point runs where the estimator is chosen (the trainer's
     construction, ``mrgrpo train --check``, the verl launcher), so a bad value fails there.
+    ``partial=True``: the components are not known yet (a config read before its reward suite
+    is built): role names stay names and a missing ``reward_ranges`` is allowed (the caller
+    fills it from the suite later and checks again).
 
     Raises:
         ConfigError: one line naming the option, the problem and the fix.
@@ -490,8 +502,8 @@ def validate_options(
         raise ConfigError(
             f"{spec.name} needs option(s) {missing}" + (f", e.g. {example}" if example else "")
         )
-    resolved = resolve_roles(spec, options, num_components, component_names)
-    if spec.needs_ranges:
+    resolved = resolve_roles(spec, options, num_components, component_names, partial=partial)
+    if spec.needs_ranges and not (partial and resolved.get("reward_ranges") is None):
         from mrgrpo.estimators._checks import check_reward_ranges
 
         ranges = resolved.get("reward_ranges")
@@ -520,9 +532,12 @@ def resolve_roles(
     options: dict[str, Any],
     num_components: int | None = None,
     component_names: list[str] | None = None,
+    *,
+    partial: bool = False,
 ) -> dict[str, Any]:
     """``options`` with each role option's component names replaced by indices (a single
-    value stays single, a list stays a list); indices checked ``0 <= i < K`` when ``K`` is known."""
+    value stays single, a list stays a list); indices checked ``0 <= i < K`` when ``K`` is known.
+    ``partial``: names stay names when ``component_names`` is not known."""
     out = dict(options)
     for role in spec.roles:
         value = out.get(role)
@@ -538,6 +553,9 @@ def resolve_roles(
                     + (" (or a list of them)" if many else "") + f", got {item!r}"
                 )
             if isinstance(item, str):
+                if component_names is None and partial:
+                    indices.append(item)
+                    continue
                 if component_names is None:
                     raise ConfigError(
                         f"{spec.name}: {role}={item!r} names a component, but the component names are not "

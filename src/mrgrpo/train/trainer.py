@@ -335,7 +335,7 @@ class MultiRewardMixin:
         """Advantages ``[B_global]`` of a gathered reward matrix ``[B_global, K]``; a training
         batch moves a stateful estimator's state, an evaluation batch only reads it."""
         group_ids = self.groups_for(rewards.shape[0], mode, rewards.device)
-        weights = self._weights(rewards)
+        weights = self._estimator_weights(rewards)
         if get_estimator(self.estimator).stateful:
             advantages, state = compute_advantages_with_state(
                 rewards, group_ids, self.estimator, weights, state=self.estimator_state, **self.estimator_options
@@ -375,6 +375,11 @@ class MultiRewardMixin:
 
     def _weights(self, rewards: torch.Tensor) -> torch.Tensor:
         return self.reward_weights.to(device=rewards.device, dtype=torch.float64)
+
+    def _estimator_weights(self, rewards: torch.Tensor) -> torch.Tensor | None:
+        """The weights the estimator gets: the components' (``None``, all ones, for an
+        estimator registered with ``uses_weights=False``)."""
+        return self._weights(rewards) if get_estimator(self.estimator).uses_weights else None
 
     def _log_mrgrpo(self, rewards: torch.Tensor, advantages: torch.Tensor, mode: str) -> None:
         metrics = self._metrics[mode]
