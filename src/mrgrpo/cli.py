@@ -148,16 +148,50 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 @app.command()
-def estimators() -> None:
-    """List the registered estimators and their options."""
+def estimators(
+    as_json: bool = typer.Option(False, "--json", help="print every estimator's options, traits and example as JSON"),
+) -> None:
+    """List the registered estimators: options with defaults, traits, and an example."""
+    from mrgrpo.estimators.registry import REQUIRED
+
+    def default(value: Any) -> Any:
+        return "<required>" if value is REQUIRED else value
+
+    rows = []
+    for name in mrgrpo.available_estimators():
+        spec = mrgrpo.get_estimator(name)
+        rows.append({
+            "name": name,
+            "summary": spec.summary,
+            "options": {k: default(v) for k, v in spec.options.items()},
+            "traits": spec.traits(),
+            "example_options": spec.example_options,
+        })
+    if as_json:
+        print(json.dumps(rows, indent=2, default=repr))
+        return
     table = Table(title="mrgrpo estimators")
     table.add_column("name", style="bold")
     table.add_column("options (defaults)")
+    table.add_column("traits")
     table.add_column("what it does")
-    for name in mrgrpo.available_estimators():
-        spec = mrgrpo.get_estimator(name)
-        options = ", ".join(f"{k}={v!r}" for k, v in spec.options.items()) or "—"
-        table.add_row(name, options, spec.summary)
+    for row in rows:
+        options = ", ".join(f"{k}={v if v == '<required>' else repr(v)}" for k, v in row["options"].items()) or "—"
+        if row["example_options"]:
+            options += f"; e.g. {', '.join(f'{k}={v!r}' for k, v in row['example_options'].items())}"
+        t = row["traits"]
+        traits = [t["combine"]]
+        traits += [label for key, label in (("batch_norm", "batch norm"), ("needs_ranges", "needs ranges"),
+                                            ("stateful", "stateful"), ("unscaled", "unscaled")) if t[key]]
+        if t["roles"]:
+            traits.append(f"roles: {', '.join(t['roles'])}")
+        if not t["uses_weights"]:
+            traits.append("no weights")
+        if t["scale_option"]:
+            traits.append(f"scale_rewards -> {t['scale_option']}")
+        if t["trl_default"]:
+            traits.append(f"TRL's {t['trl_default']}")
+        table.add_row(escape(row["name"]), escape(options), escape("; ".join(traits)), escape(row["summary"]))
     console.print(table)
 
 
