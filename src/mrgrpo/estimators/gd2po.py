@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._multi import choice_option, ddof_option, eps_option, flat_zscores, given, number_option
-from mrgrpo.estimators.groups import Groups, batch_standardize
+from mrgrpo.estimators._multi import choice_option, ddof_option, eps_option, given, number_option
+from mrgrpo.estimators.groups import Groups, batch_standardize, group_moments, make_groups
 from mrgrpo.estimators.registry import register_estimator
 
 MODES = ("hard", "snr")
@@ -16,16 +16,48 @@ SIGN_EPS = 1e-8
 RATIO_EPS = 1e-8
 
 
-def conflict_filter(contributions: Tensor, mode: str, tau: float) -> tuple[Tensor, Tensor]:
-    """``(summed, dropped)`` ``[N]`` from the weighted z-scores ``u_ik = w_k z_ik`` ``[N, K]``:
-    ``S_i = Σ_k u_ik``, and whether rollout i is dropped (it conflicts, some ``u_ik > 1e-8`` and
-    some ``< −1e-8``, and in ``snr`` mode also ``|S_i| / (Σ_k |u_ik| + 1e-8) < tau``)."""
-    summed = contributions.sum(dim=1)
-    conflict = (contributions > SIGN_EPS).any(dim=1) & (contributions < -SIGN_EPS).any(dim=1)
+def conflict_filter(contributions: Tensor, mode: str, tau: float, dim: int = 1) -> tuple[Tensor, Tensor]:
+    """``(summed, dropped)`` from the weighted z-scores ``u_ik = w_k z_ik`` (components along
+    ``dim``): ``S_i = Σ_k u_ik``, and whether rollout i is dropped (it conflicts, some
+    ``u_ik > 1e-8`` and some ``< −1e-8``, and in ``snr`` mode also
+    ``|S_i| / (Σ_k |u_ik| + 1e-8) < tau``)."""
+    summed = contributions.sum(dim=dim)
+    # (amax and amin separately: several times faster than aminmax over this axis)
+    conflict = (contributions.amax(dim=dim) > SIGN_EPS) & (contributions.amin(dim=dim) < -SIGN_EPS)
     if mode == "hard":
         return summed, conflict
-    agreement = summed.abs() / (contributions.abs().sum(dim=1) + RATIO_EPS)
+    agreement = summed.abs() / (contributions.abs().sum(dim=dim) + RATIO_EPS)
     return summed, conflict & (agreement < tau)
+
+
+#: A float32 z-score of a varying component below this may hide the sign of a value at (or
+#: within rounding of) its group's mean: such groups are recomputed in float64.
+DOUBTFUL = 1e-4
+
+
+def weighted_zscores(rewards: Tensor, groups: Groups, weights: Tensor, eps: float, ddof: int) -> tuple[Tensor, int]:
+    """``u_ik = w_k z_ik`` in the layout of ``groups``, and the layout's component axis.
+
+    float32 z-scores carry rounding of about 1e-7, above the 1e-8 sign test. A group where a
+    varying component has some ``|z| < 1e-4`` (a value near its group mean, common with graded
+    rewards) has its z-scores recomputed in float64 (and stored rounded to float32, which
+    keeps their sign and size against 1e-8), so the conflict test decides as on exact values;
+    everywhere else every nonzero ``|z|`` is far above the threshold and float32 decides the
+    same. Such groups are few, so the recomputation costs little."""
+    moments = group_moments(rewards, groups)
+    z = moments.zscores(eps, ddof)
+    if rewards.dtype == torch.float32:
+        near = (z.abs() < DOUBTFUL).to(z.dtype)  # (0 where missing: z is 0 there, but not varying)
+        doubtful = (groups.total(near) > 0) & (moments.sum_sq > 0)  # per group and component
+        groups_doubtful = groups.flat_groups(doubtful).any(dim=1)
+        if bool(groups_doubtful.any()):
+            members = groups.gather(groups_doubtful).nonzero().flatten()
+            subset = make_groups(groups.index[members], members.numel(), device=rewards.device)
+            exact = group_moments(rewards[members].to(torch.float64), subset).zscores(eps, ddof)
+            groups.unrows(z)[members] = subset.unrows(exact).to(z.dtype)
+    axis = -1 if groups.block_size is not None else 0
+    w = weights.to(z.dtype)
+    return z * (w if axis < 0 else w.unsqueeze(1)), axis
 
 
 def _validate(options: dict, num_components: int | None) -> None:
@@ -77,8 +109,9 @@ def gd2po(
         ddof: of both stds; 1 (unbiased, as the official code) by default.
 
     Returns:
-        ``[N]`` float64 (the registry rounds it to the input's dtype: the z-scores and the
-        conflict test are computed in float64 for float32 inputs too). Fewer than two kept rollouts (or all kept values equal)
+        ``[N]`` in the computing dtype (float32 inputs: float32, with the groups whose sign
+        test float32 cannot decide recomputed in float64, see :func:`weighted_zscores`).
+        Fewer than two kept rollouts (or all kept values equal)
         give zeros. A group of one contributes 0 before the whitening (the official code gives
         it mean 0, std 1, i.e. its raw rewards), and the whitening is per rollout (the official
         code whitens per token, ``(x − mean)·rsqrt(var + 1e-8)``, which weights long responses
@@ -88,14 +121,16 @@ def gd2po(
     tau = min(max(number_option(tau, "tau", "gd2po"), 0.0), 1.0)
     eps = eps_option(eps, "gd2po")
     ddof = ddof_option(ddof, "gd2po")
-    # In float64 whatever the input: the sign test at 1e-8 is below float32's resolution of a
-    # z-score (a value at its group's mean would get |z| ~ 1e-7 and count as a direction).
-    rewards = rewards.to(torch.float64)
-    contributions = flat_zscores(rewards, groups, eps, ddof) * weights
-    summed, dropped = conflict_filter(contributions, mode, tau)
-    scored = ~torch.isnan(rewards).all(dim=1)
-    kept = scored & ~dropped
-    counts = groups.sum(torch.stack([kept, scored], dim=1).to(rewards.dtype))
-    ratio = counts[:, 0] / counts[:, 1].clamp(min=1)
+    u, axis = weighted_zscores(rewards, groups, weights, eps, ddof)
+    summed, dropped = conflict_filter(u, mode, tau, dim=axis)
+    summed, dropped = groups.per_row(summed), groups.per_row(dropped)
+    if bool(torch.isnan(rewards.sum())):
+        scored = ~torch.isnan(rewards).all(dim=1)
+        kept = scored & ~dropped
+        counts = groups.sum(torch.stack([kept, scored], dim=1).to(summed.dtype))
+        ratio = counts[:, 0] / counts[:, 1].clamp(min=1)
+    else:  # every rollout scored
+        kept = ~dropped
+        ratio = groups.sum(kept.to(summed.dtype)) / groups.sizes.to(summed.dtype)
     values = torch.where(kept, summed * groups.gather(ratio), torch.zeros_like(summed))
     return batch_standardize(values, kept, ddof, eps)
