@@ -31,7 +31,7 @@ def _validate(options: dict, num_components: int | None) -> None:
 def corpo(rewards: Tensor, groups: Groups, weights: Tensor, *, threshold: float) -> Tensor:
     """CoRPO advantage ``A_i = T_i − max(mean_g T, threshold)`` with ``T_i = Σ_k w_k r_ik``.
 
-    Correctness-Relative Policy Optimization (arXiv 2511.04439): GRPO's mean baseline lets a
+    CoRPO (arXiv 2511.04439): GRPO's mean baseline lets a
     rollout below the passing score earn a positive advantage in a group that is even worse
     (it is only better than its neighbours); clipping the baseline at the passing score keeps
     every failing rollout's advantage <= 0, so the policy is never pushed toward an answer that

@@ -49,7 +49,7 @@ def ddca(
 ) -> Tensor:
     """DDCA advantage ``A_i = A_acc,i + beta · A_len,i``.
 
-    Dynamic Decoupled Conditional Advantage (arXiv 2602.02099; code github alphadl/DDCA):
+    Dynamic Decoupled Conditional Advantage, DDCA (arXiv 2602.02099; code github alphadl/DDCA):
     accuracy and length are normalized separately, and length only among the correct answers,
     so a length penalty never makes a wrong answer look better than a right one; the length
     term is scaled by the group's pass rate, so hard prompts (few correct) are judged on

@@ -31,7 +31,7 @@ def _validate(options: dict, num_components: int | None) -> None:
 def dvao(rewards: Tensor, groups: Groups, weights: Tensor, *, eps: float = 1e-4, ddof: int = 1) -> Tensor:
     """DVAO advantage ``A_i = Σ_k w̃_gk z_ik`` with ``w̃_gk = w_k σ_gk / Σ_l w_l σ_gl``.
 
-    Dispersion-weighted advantages (arXiv 2605.25604): ``z_ik = (r_ik − mean_g r_k)/(σ_gk +
+    DVAO (arXiv 2605.25604): ``z_ik = (r_ik − mean_g r_k)/(σ_gk +
     eps)`` as in GDPO, but in each group g the components are weighted in proportion to their
     in-group std ``σ_gk``: a component that barely varies in the group (whose z-scores would
     only amplify noise) gets a small weight, and the weights of a group sum to 1.

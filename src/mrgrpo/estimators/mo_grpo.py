@@ -18,7 +18,7 @@ def _validate(options: dict, num_components: int | None) -> None:
 def mo_grpo(rewards: Tensor, groups: Groups, weights: Tensor, *, eps: float = 1e-4, ddof: int = 1) -> Tensor:
     """MO-GRPO advantage ``A_i = Σ_k w_k (r_ik − mean_g r_k)/(std_g r_k + eps)``.
 
-    Multi-Objective GRPO (Ichihara et al., arXiv 2509.22047): each component is normalized
+    MO-GRPO (arXiv 2509.22047): each component is normalized
     within its group before the weighted sum, so no component dominates the sum through its
     scale or variance (the reward hacking of a high-variance component that the paper shows for
     GRPO's summed reward). It is GDPO's ``S`` before GDPO's batch normalization.
