@@ -10,7 +10,7 @@ from torch import Tensor
 from mrgrpo.errors import ConfigError
 from mrgrpo.estimators._multi import batch_mean_std, choice_option, ddof_option, eps_option, given, number_option
 from mrgrpo.estimators.gdpo import summed_zscores
-from mrgrpo.estimators.groups import Groups
+from mrgrpo.estimators.groups import Groups, pow2_scale
 from mrgrpo.estimators.grpo import grpo
 from mrgrpo.estimators.registry import register_estimator
 
@@ -27,8 +27,15 @@ def cv_weights(rewards: Tensor, reward_mins: Tensor | None, delta: float) -> Ten
     if reward_mins is None:
         reward_mins = torch.where(present, values, torch.full_like(values, float("inf"))).amin(dim=0)
         reward_mins = torch.where(torch.isfinite(reward_mins), reward_mins, torch.zeros_like(reward_mins))
-    mean, std = batch_mean_std(values - reward_mins, ddof=1)
-    cv = torch.where(present.any(dim=0), std / (mean.abs() + delta), torch.zeros_like(std))
+    shifted = values - reward_mins
+    # Columns whose squares would overflow or underflow are multiplied by a power of two first
+    # (exact); the CV std/(|mean| + delta) is then taken in those units, with delta scaled alike.
+    magnitude = torch.where(present, shifted.abs(), torch.zeros_like(shifted)).amax(dim=0)
+    factors = pow2_scale(magnitude)
+    extreme = (magnitude > 2.0**500) | ((magnitude > 0) & (magnitude < 2.0**-500))
+    factor = torch.where(extreme, factors[0] * factors[1], torch.ones_like(magnitude))
+    mean, std = batch_mean_std(shifted * factor, ddof=1)
+    cv = torch.where(present.any(dim=0), std / (mean.abs() + delta * factor), torch.zeros_like(std))
     total = cv.sum()
     k = rewards.shape[1]
     if float(total) == 0.0:
