@@ -20,14 +20,24 @@ OPTIONS = [
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("contiguous", [False, True])
 @pytest.mark.parametrize("options", OPTIONS)
-@pytest.mark.parametrize("seed", range(3))
-def test_equals_the_per_group_loop(make_batch, rel_error, seed, options, contiguous, dtype):
-    rewards, ids, weights = make_batch(seed, contiguous=contiguous, positive_weights=False)
+@pytest.mark.parametrize("seed,nan", [(0, True), (1, True), (2, False), (3, False)])
+def test_equals_the_per_group_loop(make_batch, rel_error, seed, nan, options, contiguous, dtype):
+    rewards, ids, weights = make_batch(seed, contiguous=contiguous, positive_weights=False, nan=nan)
     rewards = rewards.astype(np.float32 if dtype == torch.float32 else np.float64)
     ours = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, "saw", weights, **options)
     assert ours.dtype == dtype and bool(torch.isfinite(ours).all())
     expected = reference.saw(rewards.astype(np.float64), list(ids), weights, **options)
     assert rel_error(ours, expected) <= (1e-6 if dtype == torch.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("mode", ["grpo", "gdpo"])
+def test_float32_with_a_large_offset_is_within_1e6_of_the_float64_loop(make_batch, rel_error, mode):
+    # An offset of 100 on every component: where float32 batch moments would cancel.
+    rewards, ids, weights = make_batch(4, nan=False)
+    rewards = (rewards * [1.0, 0.01, 5.0, 0.3] + 100.0).astype(np.float32)
+    ours = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, "saw", weights, mode=mode)
+    expected = reference.saw(rewards.astype(np.float64), list(ids), weights, mode=mode)
+    assert rel_error(ours, expected) <= 1e-6
 
 
 REWARDS = torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)

@@ -10,7 +10,7 @@ from torch import Tensor
 from mrgrpo.errors import ConfigError
 from mrgrpo.estimators._multi import batch_mean_std, choice_option, ddof_option, eps_option, given, number_option
 from mrgrpo.estimators.gdpo import summed_zscores
-from mrgrpo.estimators.groups import Groups, pow2_scale
+from mrgrpo.estimators.groups import Groups, column_sums64, pow2_scale
 from mrgrpo.estimators.grpo import grpo
 from mrgrpo.estimators.registry import register_estimator
 
@@ -22,6 +22,42 @@ def cv_weights(rewards: Tensor, reward_mins: Tensor | None, delta: float) -> Ten
     ``CV_k = std_batch(r̃_k) / (|mean_batch(r̃_k)| + delta)`` (unbiased std over the scored
     entries; a component with fewer than two has CV 0); all 1 when every CV is 0.
     ``reward_mins`` ``None``: each component's batch minimum."""
+    k = rewards.shape[1]
+    cv = _cv_fast(rewards, reward_mins, delta)
+    if cv is None:
+        cv = _cv_general(rewards, reward_mins, delta)
+    total = cv.sum()
+    if float(total) == 0.0:
+        return torch.ones(k, dtype=torch.float64, device=rewards.device)
+    return k * cv / (total + delta)
+
+
+def _cv_fast(rewards: Tensor, reward_mins: Tensor | None, delta: float) -> Tensor | None:
+    """The CVs in a few passes over the matrix in its own dtype (sums in float64), for batches
+    without NaN whose magnitudes are within ``2^±60`` (else ``None``). The std does not depend
+    on the shift, and ``mean(r̃) = mean(r) − min``."""
+    n = rewards.shape[0]
+    if n < 2:
+        return None
+    sums = column_sums64(rewards)
+    if not bool(torch.isfinite(sums).all()):  # NaN (or an overflow)
+        return None
+    low, high = rewards.amin(dim=0), rewards.amax(dim=0)
+    largest = float(torch.maximum(low.abs(), high.abs()).max())
+    if largest > 2.0**60 or (0 < largest < 2.0**-60):
+        return None
+    mean = sums / n
+    centered = rewards - mean.to(rewards.dtype)
+    # Σ(x − m)² from the values centered on the rounded mean m' (exact: Σc'² − (Σc')²/n)
+    first = column_sums64(centered)
+    second = column_sums64(centered * centered)
+    var = ((second - first * first / n) / (n - 1)).clamp(min=0.0)
+    mins = low.to(torch.float64) if reward_mins is None else reward_mins
+    return var.sqrt() / ((mean - mins).abs() + delta)
+
+
+def _cv_general(rewards: Tensor, reward_mins: Tensor | None, delta: float) -> Tensor:
+    """The CVs with NaN entries skipped and any finite magnitude (float64, rescaled columns)."""
     values = rewards.to(torch.float64)
     present = ~torch.isnan(values)
     if reward_mins is None:
@@ -35,12 +71,7 @@ def cv_weights(rewards: Tensor, reward_mins: Tensor | None, delta: float) -> Ten
     extreme = (magnitude > 2.0**500) | ((magnitude > 0) & (magnitude < 2.0**-500))
     factor = torch.where(extreme, factors[0] * factors[1], torch.ones_like(magnitude))
     mean, std = batch_mean_std(shifted * factor, ddof=1)
-    cv = torch.where(present.any(dim=0), std / (mean.abs() + delta * factor), torch.zeros_like(std))
-    total = cv.sum()
-    k = rewards.shape[1]
-    if float(total) == 0.0:
-        return torch.ones(k, dtype=torch.float64, device=rewards.device)
-    return k * cv / (total + delta)
+    return torch.where(present.any(dim=0), std / (mean.abs() + delta * factor), torch.zeros_like(std))
 
 
 def _mins_option(reward_mins: Any, k: int) -> Tensor | None:
