@@ -21,12 +21,16 @@ def conflict_filter(contributions: Tensor, mode: str, tau: float, dim: int = 1) 
     ``dim``): ``S_i = Σ_k u_ik``, and whether rollout i is dropped (it conflicts, some
     ``u_ik > 1e-8`` and some ``< −1e-8``, and in ``snr`` mode also
     ``|S_i| / (Σ_k |u_ik| + 1e-8) < tau``)."""
-    summed = contributions.sum(dim=dim)
+    # (over the last axis of [N, K], a matrix-vector product is several times faster than sum)
+    ones = contributions.new_ones(contributions.shape[dim])
+    summed = contributions @ ones if dim == contributions.dim() - 1 else contributions.sum(dim=dim)
     # (amax and amin separately: several times faster than aminmax over this axis)
     conflict = (contributions.amax(dim=dim) > SIGN_EPS) & (contributions.amin(dim=dim) < -SIGN_EPS)
     if mode == "hard":
         return summed, conflict
-    agreement = summed.abs() / (contributions.abs().sum(dim=dim) + RATIO_EPS)
+    magnitude = contributions.abs()
+    magnitude = magnitude @ ones if dim == contributions.dim() - 1 else magnitude.sum(dim=dim)
+    agreement = summed.abs() / (magnitude + RATIO_EPS)
     return summed, conflict & (agreement < tau)
 
 
@@ -36,7 +40,8 @@ DOUBTFUL = 1e-4
 
 
 def weighted_zscores(rewards: Tensor, groups: Groups, weights: Tensor, eps: float, ddof: int) -> tuple[Tensor, int]:
-    """``u_ik = w_k z_ik`` in the layout of ``groups``, and the layout's component axis.
+    """``u_ik = w_k z_ik`` as ``[N, K]`` (contiguous blocks) or ``[K, N]`` (index layout), and
+    the component axis.
 
     float32 z-scores carry rounding of about 1e-7, above the 1e-8 sign test. A group where a
     varying component has some ``|z| < 1e-4`` (a value near its group mean, common with graded
@@ -55,9 +60,10 @@ def weighted_zscores(rewards: Tensor, groups: Groups, weights: Tensor, eps: floa
             subset = make_groups(groups.index[members], members.numel(), device=rewards.device)
             exact = group_moments(rewards[members].to(torch.float64), subset).zscores(eps, ddof)
             groups.unrows(z)[members] = subset.unrows(exact).to(z.dtype)
-    axis = -1 if groups.block_size is not None else 0
     w = weights.to(z.dtype)
-    return z * (w if axis < 0 else w.unsqueeze(1)), axis
+    if groups.block_size is not None:  # [N, K] (a view): the components along axis 1
+        return (z * w).view(groups.num_rollouts, -1), 1
+    return z * w.unsqueeze(1), 0  # [K, N]
 
 
 def _validate(options: dict, num_components: int | None) -> None:
@@ -122,8 +128,7 @@ def gd2po(
     eps = eps_option(eps, "gd2po")
     ddof = ddof_option(ddof, "gd2po")
     u, axis = weighted_zscores(rewards, groups, weights, eps, ddof)
-    summed, dropped = conflict_filter(u, mode, tau, dim=axis)
-    summed, dropped = groups.per_row(summed), groups.per_row(dropped)
+    summed, dropped = conflict_filter(u, mode, tau, dim=axis)  # [N] each
     if bool(torch.isnan(rewards.sum())):
         scored = ~torch.isnan(rewards).all(dim=1)
         kept = scored & ~dropped
