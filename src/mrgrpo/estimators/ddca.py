@@ -37,7 +37,10 @@ def _validate(options: dict, num_components: int | None) -> None:
         raise ConfigError(f"ddca: correctness and length name the same component ({correctness}): give two different ones")
 
 
-@register_estimator("ddca", combine="other", roles=("correctness", "length"), validate=_validate)
+@register_estimator(
+    "ddca", combine="other", roles=("correctness", "length"), validate=_validate, uses_weights=False,
+    example_options={"correctness": 0, "length": 2},
+)
 def ddca(
     rewards: Tensor,
     groups: Groups,
@@ -67,8 +70,9 @@ def ddca(
         rewards: ``[N, K]`` float32 or float64. Only the two role columns are read; the others
             are ignored.
         groups: the grouping (groups of any size, in any order).
-        weights: not used: each must be 1 (the default) or 0 (a :class:`ConfigError` otherwise:
-            the length term's weight is ``beta``).
+        weights: not used (trait ``uses_weights=False``: the adapters pass none): each must be
+            1 (the default) or 0 (a :class:`ConfigError` otherwise: the length term's weight
+            is ``beta``).
         correctness: the correctness component, default 0: its index, or (where the component
             names are known: the trainers, the CLI, ``validate_options(..., component_names=)``)
             its name, which the registry resolves to the index before this runs.
