@@ -86,8 +86,10 @@ def gd2po(
     eps: float = 1e-6,
     ddof: int = 1,
 ) -> Tensor:
-    """GD²PO advantage: GDPO's weighted z-scores, conflicting rollouts dropped, kept ones scaled
-    by their group's keep ratio, then whitened over the kept rollouts.
+    """GD²PO advantage: GDPO's weighted z-scores with conflicting rollouts dropped, then whitened.
+
+    The kept rollouts' sums are scaled by their group's keep ratio, then whitened over the
+    kept rollouts.
 
     GD²PO (arXiv 2606.16771; code github Qwen-Applications/GD2PO): a rollout that one
     component rewards and another punishes sends contradictory gradient signal; dropping it

@@ -122,8 +122,10 @@ def saw(
     eps: float = 1e-4,
     ddof: int = 1,
 ) -> Tensor:
-    """SAW advantage: components weighted by their batch coefficient of variation, then GRPO
-    (``mode="grpo"``) or GDPO (``mode="gdpo"``).
+    """SAW advantage: components weighted by their batch coefficient of variation, then GRPO or GDPO.
+
+    ``mode="grpo"`` sums then normalizes in the group; ``mode="gdpo"`` normalizes each
+    component, sums, then normalizes over the batch.
 
     SAW (arXiv 2606.07705; code github Zhaolutuan/SAW): a component whose values barely move
     relative to their level (a saturated format reward) carries little signal; weighting by the
