@@ -299,3 +299,74 @@ def test_every_trainer_mode_hands_over_the_components(mode):
     trainer("mrgrpo_gdpo", mode=mode, mrgrpo=block)._compute_advantage(meta, metrics={})
     adv = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages"])["advantages"]
     torch.testing.assert_close(adv.to_padded_tensor(0.0).double(), expected(rows, "gdpo", eps=VERL_EPS), atol=1e-6, rtol=1e-5)
+
+
+# ---- stateful estimators and a user's own estimator on v1 --------------------------------------
+
+from mrgrpo.integrations.verl.state import STATE, STATE_FILE  # noqa: E402
+
+from .test_verl_estimators import STATEFUL, _trainer_config, fake_load, fake_save, same_state, write_user_module  # noqa: E402
+from .test_verl_estimators import options_for as state_options  # noqa: E402
+from .test_verl_estimators import weights_for as state_weights  # noqa: E402
+
+
+@pytest.mark.parametrize("name,extra", STATEFUL, ids=[n for n, _ in STATEFUL])
+def test_v1_trainer_carries_logs_saves_and_restores_the_state(name, extra, tmp_path, monkeypatch):
+    STATE.reset()
+    try:
+        cls = get_trainer_cls("sync")
+        assert issubclass(cls, v1.MrgrpoAdvantageMixin)
+        base = cls.__dict__[v1._BASE_ATTR]
+        monkeypatch.setattr(base, "_save_checkpoint", fake_save)
+        monkeypatch.setattr(base, "_load_checkpoint", fake_load)
+        trainer = cls.__new__(cls)
+        trainer.config = _trainer_config(name, extra, tmp_path)
+        trainer.config.actor_rollout_ref.rollout.n = 4
+        trainer.config.algorithm.use_kl_in_reward = False
+        trainer.global_steps = 0
+        trainer._load_checkpoint()
+        assert STATE.state is None
+        options = {**state_options(name), **extra}
+        state = None
+        for step in (1, 2):
+            meta, rows = put_batch(seed=10 + step, prompts=3, sessions=4)
+            metrics = {}
+            trainer._compute_advantage(meta, metrics)
+            final = [r for r in rows if r["comps"] is not None]
+            rewards = torch.tensor([[r["comps"][k] for k in KEYS] for r in final], dtype=torch.float64)
+            extra_eps = {"eps": VERL_EPS} if "eps" in mrgrpo.get_estimator(name).options else {}  # verl's
+            _, state = mrgrpo.compute_advantages_with_state(
+                rewards, [r["uid"] for r in final], name, state_weights(name), state=state, **extra_eps, **options
+            )
+            assert same_state(STATE.state, state)
+            assert {k: v for k, v in metrics.items() if k.startswith("mrgrpo/state/")} == STATE.metrics != {}
+            trainer.global_steps = step
+            trainer._save_checkpoint()
+        assert (tmp_path / "ckpt" / "global_step_2" / STATE_FILE).is_file()
+        STATE.reset()
+        resumed = cls.__new__(cls)
+        resumed.config = trainer.config
+        resumed._load_checkpoint()
+        assert resumed.global_steps == 2 and same_state(STATE.state, state)
+    finally:
+        STATE.reset()
+
+
+
+def test_a_users_estimator_named_in_the_config_runs_on_the_v1_trainer(tmp_path, monkeypatch):
+    module, estimator = write_user_module(tmp_path, monkeypatch)
+    if True:
+        meta, rows = put_batch(seed=21, prompts=3, sessions=4)
+        mrgrpo_block = {"components": KEYS, "import": [module], "options": {"focus": "format"}}
+        adv, _ = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
+        final = [r for r in rows if r["comps"] is not None]
+        per = mrgrpo.compute_advantages(
+            torch.tensor([[r["comps"]["format"]] for r in final], dtype=torch.float64), [r["uid"] for r in final], "dr_grpo"
+        )
+        width = max(len(r["mask"]) for r in rows)
+        want = torch.zeros(len(rows), width, dtype=torch.float64)
+        for i, (row, value) in enumerate(zip(rows, per.tolist())):
+            want[i, : len(row["mask"])] = value * row["mask"].double()
+        torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
+
+
