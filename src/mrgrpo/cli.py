@@ -231,11 +231,14 @@ def advantages(
     options = _parse_options(option)
     batch = _read_batch(file, group_field, components, allow_missing)
     columns: dict[str, list[float]] = {}
-    skipped = []
+    skipped, unset = [], []
     try:
         for name in names:
             spec = mrgrpo.get_estimator(name)
             chosen = {k: v for k, v in options.items() if k in spec.options}
+            if estimator.strip() == "all" and any(k not in chosen for k in spec.required):
+                unset.append(name)  # required options (e.g. which component is a cost) not given
+                continue
             if "reward_ranges" in spec.options:
                 if reward_ranges is None:
                     if estimator.strip() == "all":
@@ -255,6 +258,11 @@ def advantages(
         notes.print(
             f"skipped {', '.join(skipped)}: they need each component's range (--ranges lo:hi per component, "
             f"{len(batch.names)} here)", soft_wrap=True,
+        )
+    if unset:
+        notes.print(
+            escape(f"skipped {', '.join(unset)}: they need options with no default (see mrgrpo estimators; -o key=value)"),
+            soft_wrap=True,
         )
     if not columns:
         _fail("no estimator left to run")
