@@ -14,7 +14,7 @@ from torch import Tensor
 
 from mrgrpo.errors import ConfigError
 from mrgrpo.estimators._checks import check_ddof, check_eps
-from mrgrpo.estimators.groups import GroupMoments, Groups, group_moments
+from mrgrpo.estimators.groups import Groups, group_moments
 
 
 def eps_option(eps: Any, estimator: str) -> float:
@@ -83,23 +83,10 @@ def check_unused_weights(weights: Tensor, unused: Sequence[int], estimator: str,
         )
 
 
-def zscore_moments(rewards: Tensor, groups: Groups) -> GroupMoments:
-    """Per-group, per-component moments of ``rewards`` ``[N, K]`` (NaN ignored)."""
-    return group_moments(rewards, groups)
-
-
 def flat_zscores(rewards: Tensor, groups: Groups, eps: float, ddof: int) -> Tensor:
     """``z_ik = (r_ik − mean_g r_k)/(std_g r_k + eps)`` as ``[N, K]`` (0 for NaN entries and for
     components constant in their group)."""
     return groups.unrows(group_moments(rewards, groups).zscores(eps, ddof))
-
-
-def true_std(moments: GroupMoments, ddof: int) -> Tensor:
-    """Per-group std in the input's units, ``[num_groups, K]`` (``0`` where ``count <= ddof``)."""
-    std = moments.std(ddof)
-    if moments.scale is not None:
-        std = std / moments.scale
-    return moments.groups.flat_groups(std)
 
 
 def batch_mean_std(values: Tensor, ddof: int) -> tuple[Tensor, Tensor]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._multi import ddof_option, eps_option, given, true_std
+from mrgrpo.estimators._multi import ddof_option, eps_option, given
 from mrgrpo.estimators.groups import Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
 
@@ -54,8 +54,11 @@ def dvao(rewards: Tensor, groups: Groups, weights: Tensor, *, eps: float = 1e-4,
     eps = eps_option(eps, "dvao")
     ddof = ddof_option(ddof, "dvao")
     moments = group_moments(rewards, groups)
-    z = moments.zscores(eps, ddof)
-    sigma = true_std(moments, ddof).to(torch.float64)
-    coefficients = groups.layout_groups(spread_weights(sigma, weights).to(z.dtype))
-    weighted = z * groups.spread(coefficients)
-    return groups.per_row(groups.reduce_cols(weighted))
+    std = moments.std(ddof)
+    sigma = groups.flat_groups(std if moments.scale is None else std / moments.scale).to(torch.float64)
+    coefficients = groups.layout_groups(spread_weights(sigma, weights).to(rewards.dtype))
+    # A_i = Σ_k centered_ik · w̃_gk / (σ_gk + eps): one per-group factor, broadcast once
+    denominator = std + moments.scaled_eps(eps)
+    factor = coefficients / torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+    ones = torch.ones(rewards.shape[1], dtype=rewards.dtype, device=rewards.device)
+    return groups.combine(moments.centered * groups.spread(factor), ones)
