@@ -52,8 +52,12 @@ def weighted_zscores(rewards: Tensor, groups: Groups, weights: Tensor, eps: floa
     moments = group_moments(rewards, groups)
     z = moments.zscores(eps, ddof)
     if rewards.dtype == torch.float32:
-        near = (z.abs() < DOUBTFUL).to(z.dtype)  # (0 where missing: z is 0 there, but not varying)
-        doubtful = (groups.total(near) > 0) & (moments.sum_sq > 0)  # per group and component
+        near = z.abs() < DOUBTFUL  # (also where missing: z is 0 there, but not varying)
+        if groups.block_size is not None:
+            near = near.any(dim=1, keepdim=True)
+        else:
+            near = groups.total(near.to(z.dtype)) > 0
+        doubtful = near & (moments.sum_sq > 0)  # per group and component
         groups_doubtful = groups.flat_groups(doubtful).any(dim=1)
         if bool(groups_doubtful.any()):
             members = groups.gather(groups_doubtful).nonzero().flatten()
