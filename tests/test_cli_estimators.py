@@ -93,6 +93,21 @@ def test_diagnose_takes_roles_by_component_name(batch_file):
     assert json.loads(by_name.stdout)["advantage_collapse"] == json.loads(by_index.stdout)["advantage_collapse"]
 
 
+def test_advantages_takes_roles_by_component_name(batch_file, tmp_path):
+    outs = []
+    for role_value in ("[format]", "[1]"):
+        out = tmp_path / f"out{len(outs)}.jsonl"
+        result = CliRunner().invoke(app, [
+            "advantages", str(batch_file), "-e", "constrained_grpo", "-o", f"constraints={role_value}", "-o", "limits=[0.5]",
+            "--out", str(out),
+        ])
+        assert result.exit_code == 0, result.output
+        outs.append(out.read_text())
+    assert outs[0] == outs[1]
+    result = CliRunner().invoke(app, ["advantages", str(batch_file), "-e", "constrained_grpo", "-o", "constraints=[size]", "-o", "limits=[0.5]"])
+    assert result.exit_code == 2 and "'size' is not a component; the components are ['correct', 'format', 'length']" in result.output
+
+
 def test_a_bad_option_value_is_one_line_and_exit_2(batch_file):
     result = CliRunner().invoke(app, ["advantages", str(batch_file), "-e", "corr_grpo", "-o", "shrinkage=2.0"])
     assert result.exit_code == 2, result.output

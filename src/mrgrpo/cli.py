@@ -246,6 +246,7 @@ def advantages(
                         continue
                     _fail(f"{name} needs --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
                 chosen["reward_ranges"] = reward_ranges
+            chosen = mrgrpo.validate_options(spec, chosen, len(batch.names), batch.names)  # roles by field name
             columns[name] = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, name, w, **chosen).tolist()
     except ValueError as error:
         if isinstance(error, UserError):
