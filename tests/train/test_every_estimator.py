@@ -24,7 +24,7 @@ from mrgrpo.train.config import validate_config
 from mrgrpo.train.job import run_train
 from mrgrpo.train.trainer import MultiRewardGRPOTrainer
 
-from .conftest import tiny_config
+from .conftest import estimator_config
 from .test_trl_settings import GENERATIONS, STEPS, WEIGHTS, Reward, dataset, grpo_config, train  # noqa: F401
 
 ESTIMATORS = mrgrpo.available_estimators()
@@ -165,12 +165,9 @@ def _jsonl(path):
 
 
 def _job_config(name: str, **changes):
-    spec = mrgrpo.get_estimator(name)
-    names = ["correctness", "format", "length"]  # the tiny preset's suite (math)
-    weights = weights_for(spec, [1.0, 0.5, 0.5])
-    data = tiny_config(estimator=name, estimator_options=dict(spec.example_options), max_steps=2, save_steps=2, **changes)
-    data["rewards"]["weights"] = dict(zip(names, weights))
-    return data, names, weights
+    data = estimator_config(name, max_steps=2, save_steps=2, **changes)
+    names = list(data["rewards"]["weights"])  # the tiny preset's suite (math), in its order
+    return data, names, [data["rewards"]["weights"][n] for n in names]
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)
