@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 CONFIG = ROOT / "configs" / "testbed" / "learnable_scale1.yaml"
 COMMITTED = ROOT / "docs" / "results" / "repro-smoke" / "summary.json"
@@ -40,6 +42,7 @@ def sets() -> str:
     return " ".join(f"--set {o}" for o in OVERRIDES)
 
 
+@pytest.mark.slow  # ~45 s of CPU (two 100-step warm starts, four 4-step runs); 96 s wall at load average 7
 def test_short_seeded_compare_reproduces_its_committed_summary(tmp_path):
     env = {**os.environ, **PORTABLE_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "mrgrpo.cli", "compare", "--config", str(CONFIG), "--estimators", "grpo,gdpo",
