@@ -30,8 +30,12 @@ tensors (verl's dr_grpo after verl's grpo, for instance). Every mrgrpo result is
 per-group loop oracle of ``mrgrpo.estimators.reference`` (max error relative to the largest
 advantage, goal <= 1e-6), and against the peer's result where both compute the same thing.
 
+The field's estimators (mo_grpo, corpo, dvao, gd2po, saw, ddca, constrained_grpo) are timed in
+the same round-robin and reported against mrgrpo's own gdpo of the same layout (goal: within
+2x), with their own oracle check (``--skip-field`` leaves them out).
+
     python benchmarks/estimators.py [--groups 32768] [--size 8] [--repeats 7] [--threads 1]
-        [--device cpu|cuda] [--dtype float32|float64] [--skip-loops]
+        [--device cpu|cuda] [--dtype float32|float64] [--skip-loops] [--skip-field]
 """
 
 from __future__ import annotations
@@ -51,6 +55,21 @@ K = 7
 RANGES = [(0.0, 1.0)] * 5 + [(0.0, 10.0), (-1.0, 1.0)]
 WEIGHTS = [0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20]
 ESTIMATORS = ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"]
+#: The field's estimators, timed beside mrgrpo's gdpo in the same run (goal: within 2x of it).
+FIELD = ["mo_grpo", "corpo", "dvao", "gd2po", "saw", "ddca", "constrained_grpo"]
+
+
+def field_setup(name: str, weights: list[float]) -> tuple[dict, list[float] | None]:
+    """Options and weights for a field estimator on the benchmark batch: corpo's passing score
+    0.5; ddca reads component 4 as correctness (> 0.5 = correct) and 5 as the length, without
+    weights; constrained_grpo treats component 6 as a cost (its weight 1, multiplier 0.5)."""
+    if name == "corpo":
+        return {"threshold": 0.5}, weights
+    if name == "ddca":
+        return {"correctness": 4, "length": 5}, None
+    if name == "constrained_grpo":
+        return {"constraints": [6], "limits": [0.0], "init": 0.5}, weights[:6] + [1.0]
+    return {}, weights
 
 
 def make_batch(groups: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.random.Generator]:
@@ -224,6 +243,14 @@ def print_tables(
     if "grpo" in loops:
         print(f"verl's per-uid loop grpo: {ms(loops['grpo'])} (mrgrpo grpo {loops['grpo'] / timings['grpo']['shuffled']:.0f}x faster)")
 
+    if "mo_grpo" in timings:
+        print("\nthe field's estimators vs mrgrpo's gdpo in the same run (goal <= 2x)")
+        print(f"{'estimator':<17} {'contiguous':>10} {'ratio':>7}   {'shuffled':>10} {'ratio':>7}")
+        for name in FIELD:
+            c, s = timings[name]["contiguous"], timings[name]["shuffled"]
+            print(f"{name:<17} {ms(c):>10} {c / timings['gdpo']['contiguous']:>6.2f}x   "
+                  f"{ms(s):>10} {s / timings['gdpo']['shuffled']:>6.2f}x")
+
     print("\nvs gdpo (goal <= 1.5x): the fastest gdpo of the layout (TRL's for contiguous groups, mrgrpo's own otherwise)")
     for name in ("sa_mrpo", "corr_grpo", "sa_corr_grpo"):
         c = timings[name]["contiguous"] / min(t_trl["gdpo"], timings["gdpo"]["contiguous"])
@@ -241,6 +268,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--skip-loops", action="store_true", help="skip verl's per-uid loops (seconds each)")
     parser.add_argument("--skip-oracle", action="store_true", help="skip the float64 loop oracles (seconds each)")
+    parser.add_argument("--skip-field", action="store_true", help="skip the field's estimators (mo_grpo, saw, ...)")
     args = parser.parse_args()
 
     if args.threads:
@@ -271,8 +299,14 @@ def main() -> None:
     )
 
     def ours(name: str, r: torch.Tensor, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
+        if name in FIELD:
+            options, w = field_setup(name, WEIGHTS)
+            w_t = None if w is None else torch.tensor(w, dtype=dtype, device=device)
+            return lambda: mrgrpo.compute_advantages(r, ids, name, w_t, **options)
         options = {"reward_ranges": RANGES} if name in ("sa_mrpo", "sa_corr_grpo") else {}
         return lambda: mrgrpo.compute_advantages(r, ids, name, weights, **options)
+
+    timed = ESTIMATORS + ([] if args.skip_field else FIELD)
 
     trl = {
         "grpo": lambda: trl_sum_then_normalize(rewards, weights, g, "group"),
@@ -281,7 +315,7 @@ def main() -> None:
     }
     verl = verl_peers(shuffled, weights, shuffled_ids)
     fns: dict[str, Callable[[], object]] = {}
-    for name in ESTIMATORS:
+    for name in timed:
         fns[f"ours contiguous {name}"] = ours(name, rewards, ids_contiguous)
         fns[f"ours shuffled {name}"] = ours(name, shuffled, ids_shuffled)
     fns.update({f"trl {name}": fn for name, fn in trl.items()})
@@ -303,6 +337,12 @@ def main() -> None:
             options = {"reward_ranges": RANGES} if name in ("sa_mrpo", "sa_corr_grpo") else {}
             expected = reference.REFERENCES[name](oracle_rewards, shuffled_ids.tolist(), WEIGHTS, **options)
             errors[name] = rel_error(ours(name, shuffled, ids_shuffled)(), expected)
+    field_errors: dict[str, float] = {}
+    if not args.skip_oracle and not args.skip_field:
+        for name in FIELD:
+            options, w = field_setup(name, WEIGHTS)
+            expected = reference.REFERENCES[name](oracle_rewards, shuffled_ids.tolist(), w, **options)
+            field_errors[name] = rel_error(ours(name, shuffled, ids_shuffled)(), expected)
 
     # Same numbers as the peers (TRL's eps = 1e-4; verl given epsilon=1e-4, its std floor is 0).
     agree = {
@@ -318,13 +358,16 @@ def main() -> None:
     ms = lambda s: f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.1f} s"  # noqa: E731
     for state, best in by_state.items():
         print(f"\n=== caches {state}: {STATES[state]} ===")
-        timings = {name: {"contiguous": best[f"ours contiguous {name}"], "shuffled": best[f"ours shuffled {name}"]} for name in ESTIMATORS}
+        timings = {name: {"contiguous": best[f"ours contiguous {name}"], "shuffled": best[f"ours shuffled {name}"]} for name in timed}
         t_trl = {name: best[f"trl {name}"] for name in trl}
         t_verl = {"grpo": best["verl grpo"], "dr_grpo": best["verl dr_grpo"]}
         print_tables(timings, t_trl, t_verl, loops, ms)
     if errors:
         print("\nmax error vs the float64 loop oracle / max |advantage| (goal <= 1e-6): "
               + ", ".join(f"{k} {v:.1e}" for k, v in errors.items()))
+    if field_errors:
+        print("the field's estimators, max error vs their float64 loop oracles / max |advantage| (goal <= 1e-6): "
+              + ", ".join(f"{k} {v:.1e}" for k, v in field_errors.items()))
     print("agreement with the peers (same relative measure): " + ", ".join(f"{k} {v:.1e}" for k, v in agree.items()))
 
 

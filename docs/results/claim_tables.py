@@ -54,12 +54,43 @@ def paired_table(results: dict, seeds: list[int], rows: list[str], baseline: str
     return lines
 
 
+def one_seed(outs: list[Path], seed: int, baselines: tuple[str, ...] = ("grpo", "gdpo")) -> None:
+    """Every finished run of ``seed`` in ``outs`` (comparisons of one testbed scale): its eval and
+    curve objectives and its difference from each baseline of the first comparison. One seed
+    gives no interval: these are single measurements, not tests."""
+    rows: dict[str, dict] = {}
+    for out in outs:
+        for result in sorted((out / "runs").glob(f"*/seed{seed}/result.json")):
+            record = json.loads(result.read_text())
+            rows.setdefault(record["estimator"], record)  # the first comparison's grpo is the baseline
+    rows = {e: rows[e] for e in sorted(rows, key=lambda e: (e not in baselines, baselines.index(e) if e in baselines else 0))}
+    extra = ["unformatted", "length"]
+    for view in ("eval", "curve"):
+        print(f"\n| estimator ({view}, seed {seed}) | " + " | ".join(OBJECTIVES + extra) + " | " + " | ".join(f"correct − {b}" for b in baselines) + " |")
+        print("|---" * (1 + len(OBJECTIVES) + len(extra) + len(baselines)) + "|")
+        for est, record in rows.items():
+            values = record["objectives"][view]
+            cells = [f"{values[o]:.3f}" if values.get(o) is not None else "—" for o in OBJECTIVES + extra]
+            diffs = [f"{values['correct'] - rows[b]['objectives'][view]['correct']:+.3f}" if b in rows and b != est else "—" for b in baselines]
+            print(f"| {est} | " + " | ".join(cells + diffs) + " |")
+    for est, record in rows.items():  # a stateful estimator's logged state, first and last step
+        run = next(out for out in outs if (run_dir_of(out, est, seed) / "metrics.jsonl").is_file())
+        metrics = [json.loads(x) for x in (run_dir_of(run, est, seed) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        state = {k: (metrics[0].get(k), metrics[-1].get(k)) for k in metrics[-1] if k.startswith("mrgrpo/state/")}
+        if state:
+            print(f"\n{est}: " + "; ".join(f"{k.removeprefix('mrgrpo/state/')} {a} → {b}" for k, (a, b) in sorted(state.items())))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("outs", nargs="+", type=Path)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
+    parser.add_argument("--one-seed", type=int, default=None, help="print every run of this seed in OUTS (one scale) instead")
     args = parser.parse_args()
+    if args.one_seed is not None:
+        one_seed(args.outs, args.one_seed)
+        return
     estimators = args.estimators.split(";") if ";" in args.estimators else [e for e in ESTIMATORS if e in args.estimators.split(",") or e == args.estimators]
     for out in args.outs:
         results, seeds = load(out, estimators, args.seeds)

@@ -11,9 +11,11 @@ from mrgrpo.diagnostics import diagnose
 from mrgrpo.estimators import (
     available_estimators,
     compute_advantages,
+    compute_advantages_with_state,
     corr_grpo_ema,
     get_estimator,
     register_estimator,
+    validate_options,
 )
 
 __version__ = "0.1.0"
@@ -21,9 +23,11 @@ __version__ = "0.1.0"
 __all__ = [
     "available_estimators",
     "compute_advantages",
+    "compute_advantages_with_state",
     "corr_grpo_ema",
     "diagnose",
     "get_estimator",
     "register_estimator",
+    "validate_options",
     "__version__",
 ]

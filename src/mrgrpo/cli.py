@@ -116,16 +116,50 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 @app.command()
-def estimators() -> None:
-    """List the registered estimators and their options."""
+def estimators(
+    as_json: bool = typer.Option(False, "--json", help="print every estimator's options, traits and example as JSON"),
+) -> None:
+    """List the registered estimators: options with defaults, traits, and an example."""
+    from mrgrpo.estimators.registry import REQUIRED
+
+    def default(value: Any) -> Any:
+        return "<required>" if value is REQUIRED else value
+
+    rows = []
+    for name in mrgrpo.available_estimators():
+        spec = mrgrpo.get_estimator(name)
+        rows.append({
+            "name": name,
+            "summary": spec.summary,
+            "options": {k: default(v) for k, v in spec.options.items()},
+            "traits": spec.traits(),
+            "example_options": spec.example_options,
+        })
+    if as_json:
+        print(json.dumps(rows, indent=2, default=repr))
+        return
     table = Table(title="mrgrpo estimators")
     table.add_column("name", style="bold")
     table.add_column("options (defaults)")
+    table.add_column("traits")
     table.add_column("what it does")
-    for name in mrgrpo.available_estimators():
-        spec = mrgrpo.get_estimator(name)
-        options = ", ".join(f"{k}={v!r}" for k, v in spec.options.items()) or "—"
-        table.add_row(name, options, spec.summary)
+    for row in rows:
+        options = ", ".join(f"{k}={v if v == '<required>' else repr(v)}" for k, v in row["options"].items()) or "—"
+        if row["example_options"]:
+            options += f"; e.g. {', '.join(f'{k}={v!r}' for k, v in row['example_options'].items())}"
+        t = row["traits"]
+        traits = [t["combine"]]
+        traits += [label for key, label in (("batch_norm", "batch norm"), ("needs_ranges", "needs ranges"),
+                                            ("stateful", "stateful"), ("unscaled", "unscaled")) if t[key]]
+        if t["roles"]:
+            traits.append(f"roles: {', '.join(t['roles'])}")
+        if not t["uses_weights"]:
+            traits.append("no weights")
+        if t["scale_option"]:
+            traits.append(f"scale_rewards -> {t['scale_option']}")
+        if t["trl_default"]:
+            traits.append(f"TRL's {t['trl_default']}")
+        table.add_row(escape(row["name"]), escape(options), escape("; ".join(traits)), escape(row["summary"]))
     console.print(table)
 
 
@@ -165,11 +199,14 @@ def advantages(
     options = _parse_options(option)
     batch = _read_batch(file, group_field, components, allow_missing)
     columns: dict[str, list[float]] = {}
-    skipped = []
+    skipped, unset = [], []
     try:
         for name in names:
             spec = mrgrpo.get_estimator(name)
             chosen = {k: v for k, v in options.items() if k in spec.options}
+            if estimator.strip() == "all" and any(k not in chosen for k in spec.required):
+                unset.append(name)  # required options (e.g. which component is a cost) not given
+                continue
             if "reward_ranges" in spec.options:
                 if reward_ranges is None:
                     if estimator.strip() == "all":
@@ -177,6 +214,7 @@ def advantages(
                         continue
                     _fail(f"{name} needs --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
                 chosen["reward_ranges"] = reward_ranges
+            chosen = mrgrpo.validate_options(spec, chosen, len(batch.names), batch.names)  # roles by field name
             columns[name] = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, name, w, **chosen).tolist()
     except ValueError as error:
         if isinstance(error, UserError):
@@ -189,6 +227,11 @@ def advantages(
         notes.print(
             f"skipped {', '.join(skipped)}: they need each component's range (--ranges lo:hi per component, "
             f"{len(batch.names)} here)", soft_wrap=True,
+        )
+    if unset:
+        notes.print(
+            escape(f"skipped {', '.join(unset)}: they need options with no default (see mrgrpo estimators; -o key=value)"),
+            soft_wrap=True,
         )
     if not columns:
         _fail("no estimator left to run")

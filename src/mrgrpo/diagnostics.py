@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators import available_estimators, compute_advantages, get_estimator
+from mrgrpo.estimators import available_estimators, compute_advantages, get_estimator, validate_options
 from mrgrpo.estimators._checks import check_reward_ranges
 from mrgrpo.estimators.corr_grpo import correlation_sum
 from mrgrpo.estimators.groups import Groups, group_moments, make_groups
@@ -63,7 +63,8 @@ def diagnose(
       ``estimators`` limits which estimators are run for it (default: every registered one
       that needs no options beyond ``reward_ranges``); ``estimator_options`` gives the options
       to run an estimator with (``{"corr_grpo": {"shrinkage": "auto"}}``: the ones being
-      trained, not the defaults; ``reward_ranges`` defaults to the argument); ``advantages``
+      trained, not the defaults; ``reward_ranges`` defaults to the argument; options that
+      name components take entries of ``names`` or indices); ``advantages``
       (``{name: [N] tensor}``) are advantages already computed — a trainer passes the ones it
       trained on (which may also depend on state such as an EMA correlation) and the
       estimator is not re-run. Names in ``advantages`` are reported even if not in
@@ -129,7 +130,7 @@ def diagnose(
         "max_amplification": _float(corr_scale.max()) if corr_scale.numel() else None,
     }
     report["advantage_collapse"] = _advantage_collapse(
-        values, groups, w, ranges, estimators, estimator_options or {}, advantages or {}
+        values, groups, w, ranges, estimators, estimator_options or {}, advantages or {}, names
     )
     return report
 
@@ -189,6 +190,7 @@ def _advantage_collapse(
     estimators: Sequence[str] | None,
     estimator_options: Mapping[str, Mapping[str, Any]],
     given: Mapping[str, Any],
+    component_names: list[str] | None = None,
 ) -> dict[str, Any]:
     profiles = torch.where(torch.isnan(values), torch.full_like(values, float("inf")), values)
     out: dict[str, Any] = {"distinct_reward_profiles": _distinct_per_group(profiles, groups), "distinct_advantages": {}}
@@ -208,12 +210,16 @@ def _advantage_collapse(
             explicit = dict(estimator_options.get(name, {}))
             spec.check_options(explicit)
             options = dict(explicit)
-            if "reward_ranges" in spec.options and "reward_ranges" not in options:
+            if any(key not in options for key in spec.required):
+                continue  # required options (e.g. roles) not given: nothing to report
+            if spec.needs_ranges and "reward_ranges" not in options:
                 if ranges is None:
                     continue  # needs ranges: nothing to report without them
                 options["reward_ranges"] = ranges
             try:
-                advantages = compute_advantages(values, groups.index, name, weights, **options).to(torch.float64)
+                options = validate_options(spec, options, values.shape[1], component_names)  # roles by name
+                used = weights if spec.uses_weights else None
+                advantages = compute_advantages(values, groups.index, name, used, **options).to(torch.float64)
             except ValueError:
                 if explicit:
                     raise  # the caller's own options are wrong: say so

@@ -87,7 +87,7 @@ BAD = [
     (dict(rewards=[[1.0], [0.0]], group_ids=torch.tensor([0.0, 0.0])), "floating-point"),
     (dict(rewards=[[1.0, 0.0]], group_ids=[0], weights=[1.0]), "one entry per reward component"),
     (dict(rewards=[[1.0, 0.0]], group_ids=[0], weights=[1.0, float("nan")]), "finite"),
-    (dict(rewards=[[1.0]], group_ids=[0], estimator="ppo"), "available: corr_grpo"),
+    (dict(rewards=[[1.0]], group_ids=[0], estimator="ppo"), "available: constrained_grpo, corpo, corr_grpo"),
     (dict(rewards=[[1.0]], group_ids=[0], estimator="grpo", gamma=1.0), "no option"),
     (dict(rewards=[[1.0]], group_ids=[0], estimator="grpo", scale="token"), "scale must be one of"),
     (dict(rewards=[[1.0]], group_ids=[0], estimator="grpo", eps=-1), "eps must be"),
@@ -147,12 +147,14 @@ SCREENED_LAYOUTS = [(shuffled, dtype) for shuffled in (True, False) for dtype in
 def test_every_estimator_names_the_first_infinite_reward_in_every_layout(shuffled, dtype, value, weights):
     # GRPO and Dr. GRPO fold this check into their weighted total (screens_rewards): a zero
     # weight, which hides its column from the total, must not hide an infinite value there.
-    options = {"sa_mrpo": {"reward_ranges": [(0, 1)] * 3}, "sa_corr_grpo": {"reward_ranges": [(0, 1)] * 3}}
     for name in mrgrpo.available_estimators():
+        spec = mrgrpo.get_estimator(name)  # each runs with its registered example options (and ranges)
+        options = {**spec.example_options, **({"reward_ranges": [(0, 1)] * 3} if spec.needs_ranges else {})}
+        used = weights if spec.uses_weights else None
         rewards, ids = _batch_with(value, 5, 1, shuffled=shuffled, dtype=dtype)
         rewards[9, 2] = float("nan")  # a NaN elsewhere does not mask it
         with pytest.raises(ValueError, match=r"1 infinite value\(s\) \(first at row 5, component 1\)"):
-            mrgrpo.compute_advantages(rewards, ids, name, weights, **options.get(name, {}))
+            mrgrpo.compute_advantages(rewards, ids, name, used, **options)
 
 
 @pytest.mark.parametrize("shuffled,dtype", SCREENED_LAYOUTS)

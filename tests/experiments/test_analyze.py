@@ -42,6 +42,16 @@ def test_estimators_needing_ranges_are_skipped_without_them(tmp_path):
     assert json.loads((tmp_path / "p" / "analysis.json").read_text())["estimators"] == ["grpo", "sa_mrpo"]
 
 
+def test_estimators_with_required_options_are_skipped(tmp_path):
+    # corpo needs its passing score, constrained_grpo its costs and limits: the replay has neither
+    path = tmp_path / "rollouts.jsonl"
+    _write_rollouts(path, scale_b=1.0, steps=1)
+    report = run_analyze(path, out=tmp_path / "o", estimators="grpo,corpo,constrained_grpo")
+    data = json.loads((tmp_path / "o" / "analysis.json").read_text())
+    assert data["estimators"] == ["grpo"] and data["skipped"] == ["corpo", "constrained_grpo"]
+    assert "skipped (no ranges, or options with no default): corpo, constrained_grpo" in report.read_text()
+
+
 def test_group_standardize_and_exact_fit():
     rewards = torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.0, 5.0], [1.0, 3.0]], dtype=torch.float64)
     z = group_standardize(rewards, ["x", "x", "y", "y"])

@@ -86,3 +86,23 @@ def test_estimator_variants_with_options():
         estimator_spec("grpo(shrinkage=auto)")
     with pytest.raises(ValueError, match="unknown estimator"):
         estimator_spec("nope")
+
+
+def test_summary_records_the_platform(compared):
+    _, summary = compared
+    platform = summary["platform"]
+    assert platform["cpu_capability"] and platform["threads"] >= 1 and platform["torch"]
+    assert set(platform["env"]) <= {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "MKL_CBWR"}
+
+
+def test_extra_components_at_weight_zero_leave_a_run_unchanged(tmp_path):
+    # the field-estimator runs of docs/results.md pair ddca/constrained_grpo (which need a length
+    # and a cost) with GRPO: the extra components at weight 0 must not change GRPO's run
+    extra = ["rewards.options.extra=[unformatted,length]", "rewards.weights.unformatted=0", "rewards.weights.length=0"]
+    plain = run_compare(CONFIG, ["grpo"], [0], tmp_path / "plain", overrides=FAST, log=lambda *_: None)
+    with_extra = run_compare(CONFIG, ["grpo"], [0], tmp_path / "extra", overrides=FAST + extra, log=lambda *_: None)
+    a, b = (json.loads((run_dir_of(tmp_path / d, "grpo", 0) / RESULT_FILE).read_text()) for d in ("plain", "extra"))
+    assert b["names"] == a["names"] + ["unformatted", "length"]
+    assert {n: b["curves"][n] for n in a["names"]} == a["curves"]
+    assert b["curves"]["unformatted"] == [1.0 - f for f in a["curves"]["format"]]
+    assert with_extra["table"]["eval"]["grpo"]["total"] == plain["table"]["eval"]["grpo"]["total"]

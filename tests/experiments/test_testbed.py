@@ -25,6 +25,20 @@ def test_components_and_scale():
     assert values["low"] == pytest.approx([100 * 11 / 27, 100 * 14 / 27, 0.0])
 
 
+def test_extra_components_a_cost_and_a_length():
+    suite = testbed.testbed_suite(scales={"low": 100}, extra=["unformatted", "length"])
+    assert suite.names == ["correct", "format", "close", "low", "unformatted", "length"]
+    assert suite.reward_ranges[4:] == [(0.0, 1.0), (0.0, 200.0)]
+    completions = ["<answer>7</answer>", "4", "x" * 300]
+    values = {c.name: c(None, completions, answer=["7"] * 3) for c in suite.components}
+    assert values["unformatted"] == [1.0 - v for v in values["format"]] == [0.0, 1.0, 1.0]
+    assert values["length"] == [18.0, 1.0, 200.0]  # characters, clipped to the declared range
+    with pytest.raises(ValueError, match="optional components"):
+        testbed.testbed_suite(extra=["speed"])
+    with pytest.raises(ValueError, match="distinct"):
+        testbed.testbed_suite(extra=["length", "length"])
+
+
 def test_unknown_scale_is_an_error():
     with pytest.raises(ValueError, match="unknown component"):
         testbed.testbed_suite(scales={"speed": 2})

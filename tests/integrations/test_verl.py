@@ -312,7 +312,9 @@ def test_docs_name_every_algorithm_mrgrpo_setting():
     import dataclasses
     import re
 
-    fields = {f.name for f in dataclasses.fields(integration.MrgrpoVerlConfig)}
+    from mrgrpo.integrations.verl.config import KEYS
+
+    fields = {KEYS.get(f.name, f.name) for f in dataclasses.fields(integration.MrgrpoVerlConfig)}  # config keys
     readme = (EXAMPLE.parents[2] / "README.md").read_text()
     listed = re.search(r"`algorithm\.mrgrpo` \(([^)]*)\)", readme).group(1)
     assert set(re.findall(r"`(\w+)`", listed)) == fields

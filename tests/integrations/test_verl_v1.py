@@ -132,11 +132,29 @@ def expected(rows, estimator, weights=WEIGHTS, **options):
 
 
 def options_for(estimator):
+    """verl's eps where the estimator has one, plus its registered example options (and ranges)."""
     spec = mrgrpo.get_estimator(estimator)
     options = {"eps": VERL_EPS} if "eps" in spec.options else {}
-    if "reward_ranges" in spec.options:
+    options.update(spec.example_options)
+    if spec.needs_ranges:
         options["reward_ranges"] = [[0.0, 1.0]] * len(KEYS)
     return options
+
+
+def weights_for(estimator):
+    """The weights an estimator computes with: the configured ones with weight 1 on the
+    components its roles name (a role's component enters through its role, e.g. a cost through
+    its multiplier), or none (all ones) for one registered with ``uses_weights=False``, to which
+    the adapter passes none."""
+    spec = mrgrpo.get_estimator(estimator)
+    if not spec.uses_weights:
+        return None
+    weights = list(WEIGHTS)
+    for role in spec.roles:
+        named = spec.example_options.get(role)
+        for index in named if isinstance(named, list) else [] if named is None else [named]:
+            weights[index] = 1.0
+    return weights
 
 
 # ---- the trainers ------------------------------------------------------------------------------
@@ -164,9 +182,9 @@ def test_every_v1_trainer_is_wrapped_and_verls_own_estimators_are_untouched():
 def test_single_turn_batch_every_estimator(estimator):
     meta, rows = put_batch(seed=1, prompts=3, sessions=4)
     options = options_for(estimator)
-    mrgrpo_block = {"components": KEYS, "weights": WEIGHTS, "options": {k: v for k, v in options.items() if k != "eps"}}
+    mrgrpo_block = {"components": KEYS, "weights": weights_for(estimator), "options": {k: v for k, v in options.items() if k != "eps"}}
     adv, returns = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
-    want = expected(rows, estimator, **options)
+    want = expected(rows, estimator, weights=weights_for(estimator), **options)
     torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(returns, adv)
     assert adv.abs().sum() > 0
@@ -179,9 +197,10 @@ def test_multi_turn_batch_every_estimator_sessions_grouped_by_prompt(estimator):
     meta, rows = put_batch(seed=2, prompts=3, sessions=4, max_turns=3, padding=3)
     assert len(rows) > len({r["session"] for r in rows})  # some sessions have several outputs
     options = options_for(estimator)
-    mrgrpo_block = {"components": KEYS, "weights": WEIGHTS, "options": {k: v for k, v in options.items() if k != "eps"}}
+    mrgrpo_block = {"components": KEYS, "weights": weights_for(estimator), "options": {k: v for k, v in options.items() if k != "eps"}}
     adv, _ = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
-    torch.testing.assert_close(adv.double(), expected(rows, estimator, **options), atol=1e-6, rtol=1e-5)
+    want = expected(rows, estimator, weights=weights_for(estimator), **options)
+    torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
     # every output of a session carries the same advantage on its response tokens
     for session in {r["session"] for r in rows}:
         values = {round(float(adv[i, : len(r["mask"])][r["mask"].bool()][0]), 6) for i, r in enumerate(rows) if r["session"] == session and r["mask"].any()}
@@ -280,3 +299,74 @@ def test_every_trainer_mode_hands_over_the_components(mode):
     trainer("mrgrpo_gdpo", mode=mode, mrgrpo=block)._compute_advantage(meta, metrics={})
     adv = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages"])["advantages"]
     torch.testing.assert_close(adv.to_padded_tensor(0.0).double(), expected(rows, "gdpo", eps=VERL_EPS), atol=1e-6, rtol=1e-5)
+
+
+# ---- stateful estimators and a user's own estimator on v1 --------------------------------------
+
+from mrgrpo.integrations.verl.state import STATE, STATE_FILE  # noqa: E402
+
+from .test_verl_estimators import STATEFUL, _trainer_config, fake_load, fake_save, same_state, write_user_module  # noqa: E402
+from .test_verl_estimators import options_for as state_options  # noqa: E402
+from .test_verl_estimators import weights_for as state_weights  # noqa: E402
+
+
+@pytest.mark.parametrize("name,extra", STATEFUL, ids=[n for n, _ in STATEFUL])
+def test_v1_trainer_carries_logs_saves_and_restores_the_state(name, extra, tmp_path, monkeypatch):
+    STATE.reset()
+    try:
+        cls = get_trainer_cls("sync")
+        assert issubclass(cls, v1.MrgrpoAdvantageMixin)
+        base = cls.__dict__[v1._BASE_ATTR]
+        monkeypatch.setattr(base, "_save_checkpoint", fake_save)
+        monkeypatch.setattr(base, "_load_checkpoint", fake_load)
+        trainer = cls.__new__(cls)
+        trainer.config = _trainer_config(name, extra, tmp_path)
+        trainer.config.actor_rollout_ref.rollout.n = 4
+        trainer.config.algorithm.use_kl_in_reward = False
+        trainer.global_steps = 0
+        trainer._load_checkpoint()
+        assert STATE.state is None
+        options = {**state_options(name), **extra}
+        state = None
+        for step in (1, 2):
+            meta, rows = put_batch(seed=10 + step, prompts=3, sessions=4)
+            metrics = {}
+            trainer._compute_advantage(meta, metrics)
+            final = [r for r in rows if r["comps"] is not None]
+            rewards = torch.tensor([[r["comps"][k] for k in KEYS] for r in final], dtype=torch.float64)
+            extra_eps = {"eps": VERL_EPS} if "eps" in mrgrpo.get_estimator(name).options else {}  # verl's
+            _, state = mrgrpo.compute_advantages_with_state(
+                rewards, [r["uid"] for r in final], name, state_weights(name), state=state, **extra_eps, **options
+            )
+            assert same_state(STATE.state, state)
+            assert {k: v for k, v in metrics.items() if k.startswith("mrgrpo/state/")} == STATE.metrics != {}
+            trainer.global_steps = step
+            trainer._save_checkpoint()
+        assert (tmp_path / "ckpt" / "global_step_2" / STATE_FILE).is_file()
+        STATE.reset()
+        resumed = cls.__new__(cls)
+        resumed.config = trainer.config
+        resumed._load_checkpoint()
+        assert resumed.global_steps == 2 and same_state(STATE.state, state)
+    finally:
+        STATE.reset()
+
+
+
+def test_a_users_estimator_named_in_the_config_runs_on_the_v1_trainer(tmp_path, monkeypatch):
+    module, estimator = write_user_module(tmp_path, monkeypatch)
+    if True:
+        meta, rows = put_batch(seed=21, prompts=3, sessions=4)
+        mrgrpo_block = {"components": KEYS, "import": [module], "options": {"focus": "format"}}
+        adv, _ = advantages(meta, f"mrgrpo_{estimator}", mrgrpo=mrgrpo_block)
+        final = [r for r in rows if r["comps"] is not None]
+        per = mrgrpo.compute_advantages(
+            torch.tensor([[r["comps"]["format"]] for r in final], dtype=torch.float64), [r["uid"] for r in final], "dr_grpo"
+        )
+        width = max(len(r["mask"]) for r in rows)
+        want = torch.zeros(len(rows), width, dtype=torch.float64)
+        for i, (row, value) in enumerate(zip(rows, per.tolist())):
+            want[i, : len(row["mask"])] = value * row["mask"].double()
+        torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
+
+

@@ -44,3 +44,22 @@ def tiny_grpo_config(output_dir: Any, **settings: Any) -> Any:
     from trl import GRPOConfig
 
     return GRPOConfig(output_dir=str(output_dir), **{**TINY_GRPO_SETTINGS, **settings})
+
+
+def estimator_config(name: str, **changes: Any) -> dict[str, Any]:
+    """:func:`tiny_config` training ``name`` with its registered ``example_options``; the
+    components its roles name weigh 1 (a role's component enters through its role, e.g. a cost
+    through its multiplier), the others keep the tiny suite's weights."""
+    import mrgrpo
+
+    spec = mrgrpo.get_estimator(name)
+    data = tiny_config(estimator=name, estimator_options=dict(spec.example_options), **changes)
+    named: list[int] = []
+    for role in spec.roles:
+        value = spec.example_options.get(role)
+        named += value if isinstance(value, list) else [] if value is None else [value]
+    weights = data["rewards"]["weights"]
+    for index, component in enumerate(list(weights)):
+        if index in named:
+            weights[component] = 1.0
+    return data

@@ -16,7 +16,7 @@ from mrgrpo.estimators import available_estimators
 from mrgrpo.train.config import ConfigError, validate_config
 from mrgrpo.train.job import load_run_config, run_train
 
-from .conftest import tiny_config
+from .conftest import estimator_config, tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def _steps(path: Path) -> list[int]:
 
 @pytest.mark.parametrize("estimator", available_estimators())
 def test_tiny_run_writes_all_files(estimator, tmp_path):
-    config = validate_config(tiny_config(estimator=estimator, max_steps=2, save_steps=2))
+    config = validate_config(estimator_config(estimator, max_steps=2, save_steps=2))  # its example options
     result = run_train(config, out=tmp_path / "run", quiet=True)
     run = result.run_dir
     assert result.steps == 2 and result.stop_reason == "max_steps reached"

@@ -3,7 +3,9 @@
 One module per estimator; each registers itself on import. Use :func:`compute_advantages`.
 """
 
-from mrgrpo.estimators import corr_grpo, dr_grpo, gdpo, grpo, sa_corr_grpo, sa_mrpo  # noqa: F401  (registration)
+from mrgrpo.estimators import (  # noqa: F401  (registration)
+    constrained_grpo, corpo, corr_grpo, ddca, dr_grpo, dvao, gd2po, gdpo, grpo, mo_grpo, sa_corr_grpo, sa_mrpo, saw,
+)
 from mrgrpo.estimators.corr_ema import corr_grpo_ema, update_correlation_state
 from mrgrpo.estimators.groups import Groups, make_groups
 from mrgrpo.estimators.registry import (
@@ -11,8 +13,10 @@ from mrgrpo.estimators.registry import (
     available_estimators,
     check_reward_values,
     compute_advantages,
+    compute_advantages_with_state,
     get_estimator,
     register_estimator,
+    validate_options,
 )
 
 __all__ = [
@@ -23,7 +27,9 @@ __all__ = [
     "corr_grpo_ema",
     "update_correlation_state",
     "compute_advantages",
+    "compute_advantages_with_state",
     "get_estimator",
     "make_groups",
     "register_estimator",
+    "validate_options",
 ]

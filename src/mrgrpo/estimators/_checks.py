@@ -63,3 +63,20 @@ def check_gamma(gamma: Any, estimator: str) -> float:
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 <= gamma < float("inf"):
         raise ValueError(f"{estimator}: gamma must be a finite number >= 0, got {gamma!r}")
     return float(gamma)
+
+
+def check_given(options: dict[str, Any], estimator: str, **checks: Any) -> None:
+    """Run ``checks[key](value, estimator)`` on each option the caller gave (the estimators'
+    ``validate`` traits: defaults are not re-checked)."""
+    for key, check in checks.items():
+        if key in options:
+            check(options[key], estimator)
+
+
+def check_decay(decay: Any, name: str, estimator: str) -> float | None:
+    """``None`` or a number in ``[0, 1)`` (an EMA decay)."""
+    if decay is None:
+        return None
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
+        raise ValueError(f"{estimator}: {name} must be None or a decay in [0, 1), got {decay!r}")
+    return float(decay)

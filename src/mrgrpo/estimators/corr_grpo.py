@@ -2,7 +2,9 @@
 
 Plus the robust options this library adds (each off by default, so the plain estimator is
 exactly the paper's): correlation ``shrinkage``, batch ``pooling``, a floor ``min_corr_sum``,
-a ``"standardized"`` numerator, and a fixed/smoothed ``correlation`` (see :mod:`.corr_ema`).
+a ``"standardized"`` numerator, a fixed ``correlation``, and ``correlation_ema``: the
+batch-pooled correlation smoothed across training steps, carried as the estimator's state
+(see :func:`ema_correlation_step` and :mod:`.corr_ema`).
 
 Notation for one group g of n rollouts: ``c_il = r_il − mean_g r_l`` (NaN entries
 mean-imputed: ``c = 0``), ``z_il = c_il / sqrt(Σ_{i∈g} c_il²)`` (0 for a component constant in
@@ -19,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._checks import check_choice, check_eps
+from mrgrpo.estimators._checks import check_choice, check_decay, check_eps
 from mrgrpo.estimators.groups import GroupMoments, Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
 
@@ -203,7 +205,69 @@ def batch_units(moments: GroupMoments) -> Tensor:
     return moments.centered * (groups.col(smallest) / groups.spread(moments.scale))
 
 
-@register_estimator("corr_grpo")
+def ema_correlation_step(
+    state: dict[str, Any] | None, rewards: Tensor, groups: Groups, weights: Tensor, decay: float
+) -> dict[str, Any]:
+    """The smoothed correlation's state after one batch (pure: ``state`` is not modified).
+
+    ``M_t = decay·M_{t−1} + (1 − decay)·ρ_batch``, ρ the ``[K, K]`` correlation of the
+    group-centered components pooled over the batch with the signs of the weights folded in,
+    returned bias-corrected as ``correlation = M_t / (1 − decay^t)`` so early steps are not
+    shrunk toward 0 (as in Adam). State: ``{"raw": M_t, "correlation": [[...]], "steps": t,
+    "decay": d}`` (plain lists and numbers). A state built with another decay, or for another
+    number of components, raises.
+    """
+    decay = check_decay(decay, "correlation_ema", "corr_grpo")
+    if decay is None:
+        raise ValueError("corr_grpo: correlation_ema needs a decay in [0, 1)")
+    units = groups.unrows(batch_units(group_moments(rewards, groups)))
+    rho = pooled_correlation(units * torch.sign(weights).to(units.dtype)).double().cpu()
+    k = rewards.shape[1]
+    if state is None:
+        steps, raw = 0, torch.zeros(k, k, dtype=torch.float64)
+    else:
+        if state.get("decay", decay) != decay:
+            raise ValueError(f"state was built with decay={state['decay']}, not {decay}: keep decay fixed over a run")
+        try:
+            steps, raw = int(state["steps"]), torch.tensor(state["raw"], dtype=torch.float64)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"corr_grpo: not a correlation_ema state (keys raw, correlation, steps, decay): {sorted(state)}") from None
+        if raw.shape != (k, k):
+            raise ValueError(f"state is for {raw.shape[0] if raw.dim() else 0} components, the rewards have {k}")
+    raw = decay * raw + (1 - decay) * rho
+    steps += 1
+    corrected = raw / (1 - decay**steps)
+    return {"raw": raw.tolist(), "correlation": corrected.tolist(), "steps": steps, "decay": decay}
+
+
+def check_given_corr_options(options: dict[str, Any], num_components: int | None, name: str, defaults: dict[str, Any]) -> None:
+    """The ``validate`` trait of ``corr_grpo`` and ``sa_corr_grpo`` (no data needed)."""
+    merged = {**defaults, **options}
+    if "eps" in options:
+        check_eps(options["eps"], name)
+    correlation = merged["correlation"]
+    k = num_components
+    if k is None and correlation is not None:
+        try:
+            k = len(correlation)
+        except TypeError:
+            k = 0
+    check_corr_options(
+        merged["shrinkage"], merged["pooling"], merged["min_corr_sum"], merged["numerator"], correlation, k or 0, name
+    )
+    if check_decay(options.get("correlation_ema"), "correlation_ema", name) is not None:
+        clash = sorted({"pooling", "correlation"} & set(options))
+        if clash:
+            raise ValueError(
+                f"correlation_ema sets {clash} itself (pooling='batch' with the smoothed matrix): remove them"
+            )
+
+
+def _check_corr_grpo_options(options: dict[str, Any], num_components: int | None) -> None:
+    check_given_corr_options(options, num_components, "corr_grpo", corr_grpo.__kwdefaults__)
+
+
+@register_estimator("corr_grpo", combine="sum_then_normalize", validate=_check_corr_grpo_options)
 def corr_grpo(
     rewards: Tensor,
     groups: Groups,
@@ -215,7 +279,9 @@ def corr_grpo(
     min_corr_sum: float | None = None,
     numerator: str = "raw",
     correlation: Any = None,
-) -> Tensor:
+    correlation_ema: float | None = None,
+    state: dict[str, Any] | None = None,
+) -> tuple[Tensor, dict[str, Any] | None]:
     """CorrGRPO advantage ``A_i = Σ_l w_l (r_il − mean_g r_l) / sqrt(Σ_{l,m} ρ_lm + eps)``.
 
     GRPO divides the centered total by ``sqrt(Var T) = sqrt(Σ_{l,m} Cov_lm)``, in which a
@@ -245,11 +311,18 @@ def corr_grpo(
             and are invariant to a positive affine change of any component. It is GDPO's
             summed z-scores renormalized per group instead of over the batch.
         correlation: a fixed ``[K, K]`` correlation matrix to use instead of estimating one
-            (with ``pooling="batch"``), e.g. the smoothed state of :mod:`.corr_ema`.
+            (with ``pooling="batch"``).
+        correlation_ema: an EMA decay in ``[0, 1)``: the batch-pooled correlation smoothed
+            across training steps (:func:`ema_correlation_step`) replaces the batch's own
+            (implies ``pooling="batch"``; do not set ``pooling`` or ``correlation``). ``None``
+            (default): no smoothing, no state.
+        state: the smoothed correlation's state from the previous training batch (``None``:
+            the first); carried by the caller (:func:`mrgrpo.compute_advantages_with_state`).
 
     Returns:
-        ``[N]`` in the computing dtype; sums to 0 within every group. A group of one rollout, or with every
-        component constant, gives exact zeros.
+        ``(advantages, new_state)``: ``[N]`` in the computing dtype, summing to 0 within every
+        group (a group of one rollout, or with every component constant, gives exact zeros),
+        and the new state (``None`` without ``correlation_ema``).
 
     Known failure modes of the plain estimator (which the options address): anti-correlated
     rewards drive Σρ to 0 and the advantages to ``num/sqrt(eps)``; ρ from small G is noisy;
@@ -258,9 +331,24 @@ def corr_grpo(
     Example (paper Figure 2): ρ12 = 0.9756, ρ13 = ρ23 = 0.1098, scale 1/sqrt(5.3904) = 0.4307.
     """
     eps = check_eps(eps, "corr_grpo")
+    new_state, pooling, correlation = smoothed(state, rewards, groups, weights, correlation_ema, pooling, correlation, "corr_grpo")
     matrix = check_corr_options(shrinkage, pooling, min_corr_sum, numerator, correlation, rewards.shape[1], "corr_grpo")
     advantages, _ = robust_corr_advantages(
         rewards, groups, weights, eps=eps, shrinkage=shrinkage, pooling=pooling,
         min_corr_sum=min_corr_sum, numerator=numerator, correlation=matrix,
     )
-    return advantages
+    return advantages, new_state
+
+
+def smoothed(
+    state: dict[str, Any] | None, rewards: Tensor, groups: Groups, weights: Tensor, decay: float | None,
+    pooling: str, correlation: Any, name: str,
+) -> tuple[dict[str, Any] | None, str, Any]:
+    """``(new_state, pooling, correlation)`` for one call: with ``decay`` the EMA step and its
+    smoothed matrix under batch pooling; without, the options as given (and no state)."""
+    if decay is None:
+        if state is not None:
+            raise ValueError(f"{name}: a correlation state was given but correlation_ema is not set: set it, or drop the state")
+        return None, pooling, correlation
+    new_state = ema_correlation_step(state, rewards, groups, weights, decay)
+    return new_state, "batch", new_state["correlation"]

@@ -9,7 +9,7 @@ from mrgrpo.estimators.groups import Groups
 from mrgrpo.estimators.registry import register_estimator
 
 
-@register_estimator("dr_grpo", screens_rewards=True)
+@register_estimator("dr_grpo", screens_rewards=True, combine="sum_then_normalize", unscaled=True)
 def dr_grpo(rewards: Tensor, groups: Groups, weights: Tensor) -> Tensor:
     """Dr. GRPO advantage ``A_i = T_i − mean_g T`` (GRPO without the std division).
 

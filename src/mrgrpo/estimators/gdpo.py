@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps
+from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps, check_given
 from mrgrpo.estimators.groups import Groups, batch_standardize, group_moments
 from mrgrpo.estimators.registry import register_estimator
 
@@ -33,7 +35,15 @@ def summed_zscores(
     return batch_standardize(summed, scored, ddof, eps)
 
 
-@register_estimator("gdpo")
+def _check_gdpo_options(options: dict[str, Any], num_components: int | None) -> None:
+    check_given(
+        options, "gdpo", eps=check_eps, ddof=check_ddof, batch_norm=lambda v, e: check_bool(v, "batch_norm", e)
+    )
+
+
+@register_estimator(
+    "gdpo", combine="normalize_then_sum", batch_norm=True, trl_default="normalize_then_sum", validate=_check_gdpo_options
+)
 def gdpo(
     rewards: Tensor,
     groups: Groups,

@@ -6,10 +6,12 @@ Shao et al. 2024 (DeepSeekMath), as implemented by TRL 1.16 ``multi_objective_ag
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._checks import check_choice, check_ddof, check_eps
+from mrgrpo.estimators._checks import check_choice, check_ddof, check_eps, check_given
 from mrgrpo.errors import InputError
 from mrgrpo.estimators.groups import (
     CHUNK_ROWS,
@@ -79,7 +81,21 @@ def _matvec64(x: Tensor, w: Tensor, out: Tensor | None = None) -> Tensor:
     return out
 
 
-@register_estimator("grpo", screens_rewards=True)
+def _check_grpo_options(options: dict[str, Any], num_components: int | None) -> None:
+    check_given(
+        options, "grpo",
+        scale=lambda v, e: check_choice(v, "scale", SCALES, e), eps=check_eps, ddof=check_ddof,
+    )
+
+
+@register_estimator(
+    "grpo",
+    screens_rewards=True,
+    combine="sum_then_normalize",
+    scale_option="scale",
+    trl_default="sum_then_normalize",
+    validate=_check_grpo_options,
+)
 def grpo(
     rewards: Tensor,
     groups: Groups,

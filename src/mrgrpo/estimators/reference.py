@@ -129,6 +129,192 @@ def sa_corr_grpo(rewards, group_ids, weights=None, reward_ranges=None, gamma=0.5
     return corr_grpo(rewards, group_ids, coefficients, eps)
 
 
+# --- the field's estimators (issue definitions), one group at a time -----------------------
+
+
+def _weights(rewards, weights):
+    return np.ones(rewards.shape[1]) if weights is None else np.asarray(weights, dtype=np.float64)
+
+
+def _zscores(rewards, group_ids, eps, ddof) -> np.ndarray:
+    """``[N, K]`` per-group, per-component z-scores (0 where NaN or constant)."""
+    z = np.zeros_like(rewards)
+    for rows in rows_by_group(group_ids).values():
+        for j in range(rewards.shape[1]):
+            z[rows, j] = _z(rewards[rows, j], ddof, eps)
+    return z
+
+
+def mo_grpo(rewards, group_ids, weights=None, eps=1e-4, ddof=1) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    scored = ~np.isnan(rewards).all(axis=1)
+    out = np.zeros(len(rewards))
+    for i, row in enumerate(_zscores(rewards, group_ids, eps, ddof)):
+        if scored[i]:
+            out[i] = sum(w[j] * row[j] for j in range(len(w)))
+    return out
+
+
+def corpo(rewards, group_ids, weights=None, threshold=None) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    scored = ~np.isnan(rewards).all(axis=1)
+    total = np.nansum(rewards * w, axis=1)
+    out = np.zeros(len(rewards))
+    for rows in rows_by_group(group_ids).values():
+        rows = [r for r in rows if scored[r]]
+        if not rows:
+            continue
+        t = total[rows]
+        if np.all(t == t[0]):  # a constant group (a group of one included): its mean is t[0]
+            out[rows] = min(0.0, t[0] - threshold)
+        else:
+            out[rows] = t - max(t.mean(), threshold)
+    return out
+
+
+def dvao(rewards, group_ids, weights=None, eps=1e-4, ddof=1) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    k = rewards.shape[1]
+    out = np.zeros(len(rewards))
+    for rows in rows_by_group(group_ids).values():
+        block = rewards[rows]
+        sigma = np.zeros(k)
+        z = np.zeros_like(block)
+        for j in range(k):
+            values = block[~np.isnan(block[:, j]), j]
+            if values.size and not np.all(values == values[0]):
+                sigma[j] = _std(values, ddof)
+            z[:, j] = _z(block[:, j], ddof, eps)
+        denominator = float(np.sum(w * sigma))
+        if denominator == 0.0:
+            continue
+        out[rows] = z @ (w * sigma / denominator)
+    return np.where(~np.isnan(rewards).all(axis=1), out, 0.0)
+
+
+def _whiten(values, kept, ddof, eps) -> np.ndarray:
+    """``(v − mean)/(std + eps)`` over the ``kept`` entries, 0 elsewhere (0 if they are all equal)."""
+    return _batch_norm(values, kept, ddof, eps)
+
+
+def gd2po(rewards, group_ids, weights=None, mode="snr", tau=0.8, eps=1e-6, ddof=1) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    tau = min(max(tau, 0.0), 1.0)
+    scored = ~np.isnan(rewards).all(axis=1)
+    u = _zscores(rewards, group_ids, eps, ddof) * w
+    kept = np.zeros(len(rewards), dtype=bool)
+    summed = np.zeros(len(rewards))
+    for i in range(len(rewards)):
+        summed[i] = u[i].sum()
+        conflict = bool(np.any(u[i] > 1e-8) and np.any(u[i] < -1e-8))
+        if mode == "snr" and conflict:
+            conflict = abs(summed[i]) / (np.abs(u[i]).sum() + 1e-8) < tau
+        kept[i] = scored[i] and not conflict
+    values = np.zeros(len(rewards))
+    for rows in rows_by_group(group_ids).values():
+        members = [r for r in rows if scored[r]]
+        if not members:
+            continue
+        ratio = sum(kept[r] for r in members) / len(members)
+        for r in members:
+            if kept[r]:
+                values[r] = summed[r] * ratio
+    if kept.sum() < 2:
+        return np.zeros(len(rewards))
+    return _whiten(values, kept, ddof, eps)
+
+
+def _saw_omega(rewards, reward_mins, delta) -> np.ndarray:
+    k = rewards.shape[1]
+    cv = np.zeros(k)
+    for j in range(k):
+        column = rewards[~np.isnan(rewards[:, j]), j]
+        if column.size < 2:
+            continue
+        low = column.min() if reward_mins is None else reward_mins[j]
+        shifted = column - low
+        cv[j] = np.std(shifted, ddof=1) / (abs(shifted.mean()) + delta)
+    if cv.sum() == 0:
+        return np.ones(k)
+    return k * cv / (cv.sum() + delta)
+
+
+def saw(rewards, group_ids, weights=None, mode="grpo", reward_mins=None, delta=1e-8, eps=1e-4, ddof=1) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights) * _saw_omega(rewards, reward_mins, delta)
+    if mode == "grpo":
+        return grpo(rewards, group_ids, w, eps=eps, ddof=ddof)
+    return gdpo(rewards, group_ids, w, eps=eps, ddof=ddof)
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _floored_z(values: np.ndarray) -> np.ndarray:
+    sigma = max(float(np.std(values)), 1e-8)
+    return (values - values.mean()) / (sigma + 1e-8)
+
+
+def ddca(rewards, group_ids, weights=None, correctness=0, length=1, beta=0.2, component_names=None) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if isinstance(correctness, str):
+        correctness = component_names.index(correctness)
+    if isinstance(length, str):
+        length = component_names.index(length)
+    out = np.zeros(len(rewards))
+    for rows in rows_by_group(group_ids).values():
+        rows = [r for r in rows if not np.isnan(rewards[r, correctness])]
+        if not rows:
+            continue
+        correct = np.array([rewards[r, correctness] > 0.5 for r in rows], dtype=np.float64)
+        accuracy = _floored_z(correct)
+        timed = [i for i, r in enumerate(rows) if correct[i] and not np.isnan(rewards[r, length])]
+        length_term = np.zeros(len(rows))
+        if timed:
+            z = _floored_z(np.array([rewards[rows[i], length] for i in timed]))
+            s = np.array([_sigmoid(min(max(v, -20.0), 20.0)) for v in z])
+            for i, si in zip(timed, s):
+                length_term[i] = -(si - s.mean()) * correct.sum() / len(rows)
+        for i, r in enumerate(rows):
+            out[r] = accuracy[i] + beta * length_term[i]
+    return out
+
+
+def constrained_grpo(
+    rewards, group_ids, weights=None, constraints=None, limits=None, lr=0.01, init=0.0, multipliers=None,
+    eps=1e-4, ddof=1, component_names=None,
+) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    specs = [constraints] if isinstance(constraints, (int, str)) else list(constraints)
+    costs = [component_names.index(c) if isinstance(c, str) else c % rewards.shape[1] for c in specs]
+    if multipliers is None:
+        multipliers = [init] * len(costs) if np.isscalar(init) else list(init)
+    others = [j for j in range(rewards.shape[1]) if j not in costs]
+    out = np.zeros(len(rewards))
+    if others:
+        out += grpo(rewards[:, others], group_ids, w[others], eps=eps, ddof=ddof)
+    for lam, c in zip(multipliers, costs):
+        for rows in rows_by_group(group_ids).values():
+            out[rows] -= lam * _z(rewards[rows, c], ddof, eps)
+    return np.where(~np.isnan(rewards).all(axis=1), out, 0.0)
+
+
+def update_multipliers(multipliers, rewards, costs, limits, lr) -> list[float]:
+    """``λ_c ← max(0, λ_c + lr · (mean_batch C_c − limit_c))`` (column indices ``costs``)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    new = []
+    for lam, c, limit in zip(multipliers, costs, limits):
+        column = rewards[~np.isnan(rewards[:, c]), c]
+        new.append(lam if column.size == 0 else max(0.0, lam + lr * (column.mean() - limit)))
+    return new
+
+
 REFERENCES = {
     "grpo": grpo,
     "dr_grpo": lambda rewards, group_ids, weights=None: grpo(rewards, group_ids, weights, scale="none"),
@@ -136,4 +322,11 @@ REFERENCES = {
     "sa_mrpo": sa_mrpo,
     "corr_grpo": corr_grpo,
     "sa_corr_grpo": sa_corr_grpo,
+    "mo_grpo": mo_grpo,
+    "corpo": corpo,
+    "dvao": dvao,
+    "gd2po": gd2po,
+    "saw": saw,
+    "ddca": ddca,
+    "constrained_grpo": constrained_grpo,
 }

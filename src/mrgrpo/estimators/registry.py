@@ -16,42 +16,142 @@ errors, same messages) before it relies on them being finite or NaN-free, and gi
 to rollouts whose every component is NaN. GRPO and Dr. GRPO do, because their first pass over
 the rewards (the weighted total) already tells: a total that is finite everywhere, with no zero
 weight, proves every reward finite, so the separate pass over the ``[N, K]`` matrix is skipped.
+
+**Traits.** Each estimator declares, at registration, what the adapters (TRL, verl, the CLI)
+need to know about it, so none of them keeps a table of names: how it combines components
+(``combine``), whether it ends with a batch normalization (``batch_norm``), whether it needs
+each component's range (``needs_ranges``), which options name components (``roles``), a check
+of its option values that needs no data (``validate``), options to run it with in examples and
+tests (``example_options``) and how GRPOConfig's / verl's std-scaling settings map onto it
+(``scale_option``, ``unscaled``, ``trl_default``) and whether it uses the component weights
+(``uses_weights``). :func:`validate_options` applies the option checks.
+
+**State.** An estimator whose function has a keyword-only parameter ``state`` is *stateful*:
+it is called as ``fn(rewards, groups, weights, *, state=..., **options)`` and returns
+``(advantages [N], new_state)``. ``state=None`` is the first step; ``new_state`` is plain JSON
+data (a dict of numbers, strings, lists and dicts; ``None`` when the options ask for no state).
+The function is pure (the incoming state is not modified); the caller carries the state from
+one training batch to the next (:func:`compute_advantages_with_state`), saves it with its
+checkpoints and logs its numeric scalar leaves. :func:`compute_advantages` runs a stateful
+estimator from ``state=None`` and returns the advantages only.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from mrgrpo.errors import InputError, UnknownNameError
+from mrgrpo.errors import ConfigError, InputError, UnknownNameError
 from mrgrpo.estimators.groups import Groups, make_groups
 
 EstimatorFn = Callable[..., Tensor]
 
 
+#: How an estimator folds the K components into one advantage, in GRPOConfig's terms
+#: (``multi_objective_aggregation``): sum first, then normalize the total (GRPO); normalize
+#: each component first, then sum (GDPO); anything else.
+COMBINES = ("sum_then_normalize", "normalize_then_sum", "other")
+
+#: Signature of an estimator's option check: ``validate(options, num_components)`` with the
+#: options the caller gave (role values resolved to indices where names were known) and ``K``
+#: (``None`` where it is not known yet); raises ``ValueError`` naming the problem and the fix.
+OptionCheck = Callable[[dict[str, Any], "int | None"], None]
+
+#: A keyword-only parameter without a default: a required option.
+REQUIRED = inspect.Parameter.empty
+
+
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator: its name, function and options with their defaults."""
+    """A registered estimator: its name, function, options with their defaults, and traits.
+
+    Attributes:
+        name, fn, options, summary: as registered (``options`` maps each keyword-only
+            parameter but ``state`` to its default; :data:`REQUIRED` marks a required one).
+        screens_rewards: checks the reward values itself (module docstring).
+        combine: one of :data:`COMBINES`.
+        batch_norm: ends with a normalization over the batch's rollouts (at its defaults);
+            an option named ``batch_norm`` turns it off where the estimator has one.
+        needs_ranges: requires the ``reward_ranges`` option (``K`` pairs ``lo < hi``), which
+            the adapters fill from the reward suite.
+        roles: names of the options that name components (an index, a component name, or a
+            list of them); the function always receives indices (:func:`resolve_roles`).
+        validate: the estimator's own check of its option values (:data:`OptionCheck`).
+        example_options: options it runs with on a batch of ``K >= 2`` components with rewards
+            in ``[0, 1]`` (``reward_ranges`` excluded: callers give ``[(0, 1)] * K``); used by
+            the tests over every estimator and by ``mrgrpo estimators``.
+        scale_option: the option that GRPOConfig's ``scale_rewards`` (and verl's
+            ``norm_adv_by_std_in_grpo=false``, as ``"none"``) set (grpo: ``"scale"``).
+        unscaled: never divides by a std, so ``scale_rewards="none"`` and
+            ``norm_adv_by_std_in_grpo=false`` agree with it (dr_grpo).
+        trl_default: the GRPOConfig ``multi_objective_aggregation`` whose stock TRL advantages
+            this estimator reproduces at its defaults: the one a trainer runs when no
+            estimator is named (grpo for ``sum_then_normalize``, gdpo for ``normalize_then_sum``).
+        uses_weights: combines the components with the weights ``w_k``; ``False`` (e.g. an
+            estimator with fixed roles) makes the adapters pass no weights (all ones) instead
+            of the suite's.
+        stateful: its function takes ``state`` and returns ``(advantages, new_state)``.
+    """
 
     name: str
     fn: EstimatorFn
     options: dict[str, Any]
     summary: str
     screens_rewards: bool = False
+    combine: str = "other"
+    batch_norm: bool = False
+    needs_ranges: bool = False
+    roles: tuple[str, ...] = ()
+    validate: OptionCheck | None = None
+    example_options: dict[str, Any] = field(default_factory=dict)
+    scale_option: str | None = None
+    unscaled: bool = False
+    trl_default: str | None = None
+    uses_weights: bool = True
+    stateful: bool = False
+
+    @property
+    def required(self) -> list[str]:
+        """Names of the options without a default."""
+        return [k for k, v in self.options.items() if v is REQUIRED]
+
+    def defaults(self) -> dict[str, Any]:
+        """The options that have a default, with it."""
+        return {k: v for k, v in self.options.items() if v is not REQUIRED}
+
+    def traits(self) -> dict[str, Any]:
+        """The traits as plain data (for listings and JSON)."""
+        return {
+            "combine": self.combine,
+            "batch_norm": self.batch_norm,
+            "needs_ranges": self.needs_ranges,
+            "roles": list(self.roles),
+            "stateful": self.stateful,
+            "scale_option": self.scale_option,
+            "unscaled": self.unscaled,
+            "trl_default": self.trl_default,
+            "uses_weights": self.uses_weights,
+            "required": self.required,
+        }
 
     def check_options(self, options: dict[str, Any]) -> None:
+        """Unknown option names raise :class:`~mrgrpo.errors.ConfigError` (a ``ValueError``)."""
         unknown = sorted(set(options) - set(self.options))
         if unknown:
-            known = ", ".join(f"{k}={v!r}" for k, v in self.options.items()) or "none"
-            raise ValueError(
-                f"estimator {self.name!r} has no option(s) {unknown}; its options (defaults) are: {known}"
+            known = ", ".join(
+                f"{k}={'<required>' if v is REQUIRED else repr(v)}" for k, v in self.options.items()
+            ) or "none"
+            hint = " (state is carried by the trainer, not set as an option)" if "state" in unknown and self.stateful else ""
+            raise ConfigError(
+                f"estimator {self.name!r} has no option(s) {unknown}; its options (defaults) are: {known}{hint}"
             )
 
 
@@ -59,7 +159,20 @@ _REGISTRY: dict[str, Estimator] = {}
 
 
 def register_estimator(
-    name: str, *, overwrite: bool = False, screens_rewards: bool = False
+    name: str,
+    *,
+    overwrite: bool = False,
+    screens_rewards: bool = False,
+    combine: str = "other",
+    batch_norm: bool = False,
+    needs_ranges: bool = False,
+    roles: tuple[str, ...] | list[str] = (),
+    validate: OptionCheck | None = None,
+    example_options: dict[str, Any] | None = None,
+    scale_option: str | None = None,
+    unscaled: bool = False,
+    trl_default: str | None = None,
+    uses_weights: bool = True,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, weights, *, **options)`` under ``name``.
 
@@ -67,7 +180,10 @@ def register_estimator(
     required option). Registering a different function under a taken name raises unless
     ``overwrite=True``. ``screens_rewards=True``: the estimator checks the reward values itself
     (see the module docstring); leave it False unless the estimator calls
-    :func:`check_reward_values`.
+    :func:`check_reward_values`. A keyword-only parameter ``state`` makes the estimator
+    stateful (module docstring). The other keywords are its traits, see :class:`Estimator`;
+    they are checked here (a role or ``scale_option`` that is not an option, a required
+    option without ``example_options``, ``needs_ranges`` without a ``reward_ranges`` option).
     """
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
@@ -78,12 +194,52 @@ def register_estimator(
                 f"estimator {name!r} must take (rewards, groups, weights, *, **options), "
                 f"got positional parameters {[p.name for p in positional]}"
             )
-        options = {p.name: p.default for p in params if p.kind == p.KEYWORD_ONLY}
+        keyword = {p.name: p.default for p in params if p.kind == p.KEYWORD_ONLY}
+        stateful = "state" in keyword
+        if stateful and keyword["state"] is not None:
+            raise TypeError(f"estimator {name!r}: its state parameter must default to None (the first step)")
+        options = {k: v for k, v in keyword.items() if k != "state"}
+        examples = dict(example_options or {})
+        role_names = (roles,) if isinstance(roles, str) else tuple(roles)
+        problems = []
+        if combine not in COMBINES:
+            problems.append(f"combine must be one of {list(COMBINES)}, got {combine!r}")
+        if trl_default is not None and trl_default not in COMBINES[:2]:
+            problems.append(f"trl_default must be one of {list(COMBINES[:2])} or None, got {trl_default!r}")
+        if needs_ranges and "reward_ranges" not in options:
+            problems.append("needs_ranges=True but it has no reward_ranges option")
+        for role in role_names:
+            if role not in options:
+                problems.append(f"role {role!r} is not one of its options {sorted(options)}")
+        if scale_option is not None and scale_option not in options:
+            problems.append(f"scale_option {scale_option!r} is not one of its options {sorted(options)}")
+        if validate is not None and not callable(validate):
+            problems.append("validate must be a function (options, num_components) -> None")
+        unknown = sorted(set(examples) - set(options))
+        if unknown:
+            problems.append(f"example_options has unknown option(s) {unknown}")
+        missing = [k for k, v in options.items() if v is REQUIRED and k not in examples]
+        if missing:
+            problems.append(f"required option(s) {missing} need a value in example_options")
+        if problems:
+            raise TypeError(f"estimator {name!r}: " + "; ".join(problems))
         existing = _REGISTRY.get(name)
         if existing is not None and existing.fn is not fn and not overwrite:
             raise ValueError(f"an estimator named {name!r} is already registered; pass overwrite=True to replace it")
+        if trl_default is not None:
+            for other in _REGISTRY.values():
+                if other.name != name and other.trl_default == trl_default and not overwrite:
+                    raise ValueError(
+                        f"estimator {other.name!r} already reproduces TRL's {trl_default} (trl_default); "
+                        "one estimator per setting"
+                    )
         doc = inspect.getdoc(fn) or ""
-        _REGISTRY[name] = Estimator(name, fn, options, doc.splitlines()[0] if doc else "", screens_rewards)
+        _REGISTRY[name] = Estimator(
+            name, fn, options, doc.splitlines()[0] if doc else "", screens_rewards,
+            combine=combine, batch_norm=batch_norm, needs_ranges=needs_ranges, roles=role_names,
+            validate=validate, example_options=examples, scale_option=scale_option, unscaled=unscaled,
+            trl_default=trl_default, uses_weights=uses_weights, stateful=stateful,
+        )
         return fn
 
     return decorator
@@ -215,7 +371,9 @@ def compute_advantages(
             is (build it once where every batch has the same grouping).
         estimator: a registered name, see :func:`available_estimators`.
         weights: ``[K]`` component weights, default all 1.
-        **options: the estimator's options (see its docstring); unknown names raise.
+        **options: the estimator's options (see its docstring); unknown names raise. Options
+            that name components (the estimator's ``roles``) take indices here (names need
+            the component names: :func:`validate_options`).
 
     Returns:
         ``[N]`` advantages, finite, in the input's float dtype (float32 for lists and integer
@@ -224,17 +382,51 @@ def compute_advantages(
         the float64 result, relative to the largest advantage); values too large or too small
         for the squares are rescaled internally by powers of two, so every finite input gives
         exact, finite results. A rollout whose components are all NaN gets exactly 0 and is
-        left out of every batch statistic.
+        left out of every batch statistic. A stateful estimator runs from its first-step
+        state (see :func:`compute_advantages_with_state` to carry it).
 
     Raises:
         ValueError: bad shapes, ±inf, wrong-length weights, unknown estimator or option, an
-            invalid option value, or advantages that do not fit the returned dtype (an
-            :class:`~mrgrpo.errors.InputError` naming the overflow); the message names the
-            problem and the fix.
+            invalid option value (a :class:`~mrgrpo.errors.ConfigError`), or advantages that
+            do not fit the returned dtype (an :class:`~mrgrpo.errors.InputError` naming the
+            overflow); the message names the problem and the fix.
     """
+    advantages, _ = _compute(rewards, group_ids, estimator, weights, options, None)
+    return advantages
+
+
+def compute_advantages_with_state(
+    rewards: Any,
+    group_ids: Any,
+    estimator: str = "grpo",
+    weights: Any = None,
+    *,
+    state: dict[str, Any] | None = None,
+    **options: Any,
+) -> tuple[Tensor, dict[str, Any] | None]:
+    """:func:`compute_advantages` carrying a stateful estimator's state across batches.
+
+    ``state``: what the previous training batch returned (``None`` on the first). Returns
+    ``(advantages [N], new_state)``: ``new_state`` is plain JSON data for a stateful estimator
+    (``None`` when its options ask for no state), and ``None`` for a stateless one. Pure: the
+    same inputs give the same outputs, and ``state`` is not modified. A trainer stores
+    ``new_state`` after a training batch and saves it with its checkpoints; an evaluation
+    batch passes the stored state and drops what comes back.
+    """
+    return _compute(rewards, group_ids, estimator, weights, options, state)
+
+
+def _compute(
+    rewards: Any, group_ids: Any, estimator: str, weights: Any, options: dict[str, Any], state: Any
+) -> tuple[Tensor, dict[str, Any] | None]:
     spec = get_estimator(estimator)
     spec.check_options(options)
+    if state is not None and not isinstance(state, dict):
+        raise ConfigError(f"{estimator}: state must be None or the dict a previous step returned, got {type(state).__name__}")
+    if state is not None and not spec.stateful:
+        raise ConfigError(f"estimator {estimator!r} carries no state; pass state=None")
     values, out_dtype = reward_tensor(rewards)
+    options = validate_options(spec, options, values.shape[1])
     # (an estimator that screens its own rewards zeroes the unscored rows itself)
     has_nan = False if spec.screens_rewards else check_reward_values(values)
     groups = make_groups(group_ids, values.shape[0], device=values.device)
@@ -242,11 +434,150 @@ def compute_advantages(
     if values.dtype == torch.float32 and not _fits_float32(w):
         values = values.to(torch.float64)
     if values.shape[0] == 0:
-        return torch.zeros(0, dtype=out_dtype, device=values.device)
-    advantages = spec.fn(values, groups, w, **options)
+        return torch.zeros(0, dtype=out_dtype, device=values.device), state
+    new_state = None
+    if spec.stateful:
+        result = spec.fn(values, groups, w, state=state, **options)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise RuntimeError(f"stateful estimator {estimator!r} must return (advantages, new_state); this is a bug in the estimator")
+        advantages, new_state = result
+        _check_state(new_state, estimator)
+    else:
+        advantages = spec.fn(values, groups, w, **options)
     if has_nan:
         advantages = zero_unscored(advantages, values)
-    return check_output(advantages, out_dtype, estimator)
+    return check_output(advantages, out_dtype, estimator), new_state
+
+
+def _check_state(state: Any, estimator: str) -> None:
+    """A returned state must be ``None`` or a dict that strict JSON can hold."""
+    if state is None:
+        return
+    if not isinstance(state, dict):
+        raise RuntimeError(f"estimator {estimator!r} returned a state of type {type(state).__name__}, not a dict; this is a bug in the estimator")
+    try:
+        json.dumps(state, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise RuntimeError(
+            f"estimator {estimator!r} returned a state that is not plain JSON data ({error}); this is a bug in the estimator"
+        ) from None
+
+
+def validate_options(
+    estimator: str | Estimator,
+    options: dict[str, Any],
+    num_components: int | None = None,
+    component_names: list[str] | tuple[str, ...] | None = None,
+    *,
+    partial: bool = False,
+) -> dict[str, Any]:
+    """Check an estimator's options without data; return them with roles resolved to indices.
+
+    Checks, in order: the option names; that every required option is given; that ``roles``
+    name components (an index ``0 <= i < K``, or a name in ``component_names``; names need
+    ``component_names``); ``reward_ranges`` where the estimator ``needs_ranges`` (present,
+    ``K`` pairs with ``lo < hi``, finite); then the estimator's own ``validate``. ``K``
+    (``num_components``) may be ``None`` where it is not known yet: checks that need it wait.
+    This is what every entry point runs where the estimator is chosen (the trainer's
+    construction, ``mrgrpo train --check``, the verl launcher), so a bad value fails there.
+    ``partial=True``: the components are not known yet (a config read before its reward suite
+    is built): role names stay names and a missing ``reward_ranges`` is allowed (the caller
+    fills it from the suite later and checks again).
+
+    Raises:
+        ConfigError: one line naming the option, the problem and the fix.
+    """
+    spec = estimator if isinstance(estimator, Estimator) else get_estimator(estimator)
+    spec.check_options(options)
+    if component_names is not None:
+        component_names = [str(n) for n in component_names]
+        if num_components is None:
+            num_components = len(component_names)
+    missing = [k for k in spec.required if k not in options]
+    if missing:
+        example = ", ".join(f"{k}={spec.example_options[k]!r}" for k in missing if k in spec.example_options)
+        raise ConfigError(
+            f"{spec.name} needs option(s) {missing}" + (f", e.g. {example}" if example else "")
+        )
+    resolved = resolve_roles(spec, options, num_components, component_names, partial=partial)
+    if spec.needs_ranges and not (partial and resolved.get("reward_ranges") is None):
+        from mrgrpo.estimators._checks import check_reward_ranges
+
+        ranges = resolved.get("reward_ranges")
+        k = num_components
+        if k is None and ranges is not None:
+            try:
+                k = len(ranges)
+            except TypeError:
+                k = -1
+        try:
+            check_reward_ranges(ranges, k if k is not None else "K", spec.name)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+    if spec.validate is not None:
+        try:
+            spec.validate(resolved, num_components)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError) as error:
+            raise ConfigError(str(error)) from None
+    return resolved
+
+
+def resolve_roles(
+    spec: Estimator,
+    options: dict[str, Any],
+    num_components: int | None = None,
+    component_names: list[str] | None = None,
+    *,
+    partial: bool = False,
+) -> dict[str, Any]:
+    """``options`` with each role option's component names replaced by indices (a single
+    value stays single, a list stays a list); indices checked ``0 <= i < K`` when ``K`` is known.
+    ``partial``: names stay names when ``component_names`` is not known."""
+    out = dict(options)
+    for role in spec.roles:
+        value = out.get(role)
+        if value is None:
+            continue
+        many = isinstance(value, (list, tuple))
+        items = list(value) if many else [value]
+        indices = []
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, (int, str)):
+                raise ConfigError(
+                    f"{spec.name}: {role} must name a component by index or name"
+                    + (" (or a list of them)" if many else "") + f", got {item!r}"
+                )
+            if isinstance(item, str):
+                if component_names is None and partial:
+                    indices.append(item)
+                    continue
+                if component_names is None:
+                    raise ConfigError(
+                        f"{spec.name}: {role}={item!r} names a component, but the component names are not "
+                        "known here: give its 0-based index instead"
+                    )
+                if item not in component_names:
+                    raise ConfigError(f"{spec.name}: {role}={item!r} is not a component; the components are {component_names}")
+                item = component_names.index(item)
+            if item < 0 or (num_components is not None and item >= num_components):
+                bound = f"0..{num_components - 1}" if num_components else ">= 0"
+                raise ConfigError(f"{spec.name}: {role}={item} is not a component index ({bound})")
+            indices.append(item)
+        if len(set(indices)) != len(indices):
+            raise ConfigError(f"{spec.name}: {role} names a component twice: {items}")
+        out[role] = indices if many else indices[0]
+    return out
+
+
+def trl_default_estimator(aggregation: str) -> str:
+    """The estimator that reproduces stock TRL's advantages for ``multi_objective_aggregation``
+    (its ``trl_default`` trait)."""
+    for spec in _REGISTRY.values():
+        if spec.trl_default == aggregation:
+            return spec.name
+    raise ConfigError(f"no registered estimator reproduces TRL's multi_objective_aggregation={aggregation!r}")
 
 
 def _fits_float32(weights: Tensor) -> bool:
@@ -278,6 +609,8 @@ def scored_rows(rewards: Tensor) -> Tensor:
 
 
 __all__ = [
+    "COMBINES",
+    "REQUIRED",
     "Estimator",
     "Groups",
     "as_reward_matrix",
@@ -285,7 +618,11 @@ __all__ = [
     "available_estimators",
     "check_reward_values",
     "compute_advantages",
+    "compute_advantages_with_state",
     "get_estimator",
     "register_estimator",
+    "resolve_roles",
     "scored_rows",
+    "trl_default_estimator",
+    "validate_options",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps, check_gamma, check_reward_ranges
+from mrgrpo.estimators._checks import check_bool, check_ddof, check_eps, check_gamma, check_given, check_reward_ranges
 from mrgrpo.estimators.gdpo import summed_zscores
 from mrgrpo.estimators.groups import Groups, column_sums64
 from mrgrpo.estimators.registry import register_estimator
@@ -42,7 +42,17 @@ def saturation_coefficients(rewards: Tensor, weights: Tensor, reward_ranges: Ten
     return weights * torch.pow(1.0 - saturation(rewards, reward_ranges), gamma)
 
 
-@register_estimator("sa_mrpo")
+def _check_sa_mrpo_options(options: dict[str, Any], num_components: int | None) -> None:
+    # (reward_ranges: checked by the registry, which knows this estimator needs them)
+    check_given(
+        options, "sa_mrpo", gamma=check_gamma, eps=check_eps, ddof=check_ddof,
+        batch_norm=lambda v, e: check_bool(v, "batch_norm", e),
+    )
+
+
+@register_estimator(
+    "sa_mrpo", combine="normalize_then_sum", batch_norm=True, needs_ranges=True, validate=_check_sa_mrpo_options
+)
 def sa_mrpo(
     rewards: Tensor,
     groups: Groups,

@@ -156,6 +156,8 @@ def analyze_batches(
         spec = mrgrpo.get_estimator(name)
         if "reward_ranges" in spec.options and ranges is None:
             continue  # needs the components' ranges (give --ranges)
+        if spec.required:
+            continue  # needs options with no default (a threshold, which component is a cost): none to replay with
         chosen.append(name)
     agree = {(a, b): [0, 0] for a, b in itertools.combinations(chosen, 2)}
     rank_corr: dict[tuple[str, str], list[float]] = {pair: [] for pair in agree}
@@ -233,7 +235,7 @@ def render_report(report: dict[str, Any], source: str, figures: dict[str, Path |
         f"(weights {', '.join(f'{w:g}' for w in report['weights'])}"
         + (f", {report['weights_source']}" if report.get("weights_source") else "")
         + f"); estimators replayed: {', '.join(estimators)}"
-        + (f"; skipped (no ranges): {', '.join(report['skipped'])}" if report["skipped"] else ""),
+        + (f"; skipped (no ranges, or options with no default): {', '.join(report['skipped'])}" if report["skipped"] else ""),
         "",
         "## Effective weight of each component",
         "",

@@ -302,7 +302,7 @@ def run_compare(
     summary = summarize(records, estimators, seeds)
     summary.update(config=str(config_path) if config_path else "embedded default", out=str(out), jobs=jobs,
                    wall_seconds_this_call=round(elapsed, 1), experiment=experiment.model_dump(mode="json"),
-                   overrides=list(overrides or []))
+                   overrides=list(overrides or []), platform=platform_info(threads=1 if jobs > 1 else None))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     from mrgrpo.experiments.plots import plot_curves, plot_pareto
 
@@ -313,6 +313,30 @@ def run_compare(
     (out / "compare.md").write_text(render_markdown(summary, figures))
     log(f"wrote {out / 'compare.md'}")
     return summary
+
+
+#: Environment settings that change CPU float results (recorded with a comparison).
+NUMERIC_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "MKL_CBWR")
+
+
+def platform_info(threads: int | None = None) -> dict[str, Any]:
+    """What a comparison's numbers depend on besides its config and code: library versions, the
+    CPU instruction set torch's kernels use (``AVX512``, ``AVX2``, ``DEFAULT``...), the thread
+    count and the :data:`NUMERIC_ENV` settings. Warm start and RL are chaotic in float rounding:
+    two hosts whose kernels round differently (e.g. AVX2 vs AVX512) give different runs from
+    the same seed, while one host reproduces its runs bit for bit. ``threads``: the runs'
+    thread count where it is not this process's (``--jobs`` > 1 runs workers on one thread)."""
+    import os
+    import platform
+
+    import torch
+    import transformers
+
+    return {
+        "machine": platform.machine(), "python": platform.python_version(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": threads or torch.get_num_threads(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
+    }
 
 
 def _warm_only(spec: dict[str, Any]) -> str:

@@ -79,9 +79,31 @@ def _component(name: str, scale: float) -> RewardComponent:
     return RewardComponent(name, (0.0, float(scale)), fn)
 
 
+#: Optional components (``extra``) for estimators with roles: a cost and a length.
+#: ``unformatted`` = 1 − ``format`` (a cost for ``constrained_grpo``), range [0, 1];
+#: ``length`` = characters of the completion, clipped to [0, 200] (24 tokens of the tiny
+#: tokenizer stay below it), for ``ddca``'s length role. Give them weight 0 to leave the
+#: weighted total (and every other estimator's advantage) as without them.
+EXTRA = {"unformatted": (0.0, 1.0), "length": (0.0, 200.0)}
+
+
+def _extra(name: str) -> RewardComponent:
+    lo, hi = EXTRA[name]
+
+    def fn(prompts: list, completions: list, **_: Any) -> list[float | None]:
+        texts = [completion_text(c) for c in completions]
+        if name == "unformatted":
+            return [0.0 if _TAG.search(t) else 1.0 for t in texts]
+        return [float(min(len(t), hi)) for t in texts]
+
+    fn.__name__ = name
+    return RewardComponent(name, (lo, hi), fn)
+
+
 @register_suite("testbed")
-def testbed_suite(scales: Mapping[str, float] | None = None) -> RewardSuite:
-    """The testbed suite; ``scales`` multiplies components (and their ranges), e.g. ``{low: 100}``."""
+def testbed_suite(scales: Mapping[str, float] | None = None, extra: list[str] | None = None) -> RewardSuite:
+    """The testbed suite; ``scales`` multiplies components (and their ranges), e.g. ``{low: 100}``;
+    ``extra`` appends optional components after the four (:data:`EXTRA`), e.g. ``[unformatted]``."""
     scales = dict(scales or {})
     unknown = sorted(set(scales) - set(COMPONENTS))
     if unknown:
@@ -89,7 +111,11 @@ def testbed_suite(scales: Mapping[str, float] | None = None) -> RewardSuite:
     for name, value in scales.items():
         if not value > 0:
             raise ValueError(f"scales.{name} must be > 0, got {value}")
-    components = [_component(name, float(scales.get(name, 1.0))) for name in COMPONENTS]
+    extra = list(extra or [])
+    bad = sorted(set(extra) - set(EXTRA))
+    if bad or len(set(extra)) != len(extra):
+        raise ValueError(f"extra: {bad or extra} is not a list of distinct optional components; choose from {sorted(EXTRA)}")
+    components = [_component(name, float(scales.get(name, 1.0))) for name in COMPONENTS] + [_extra(n) for n in extra]
     return RewardSuite("testbed", components)
 
 

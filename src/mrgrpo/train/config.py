@@ -162,11 +162,20 @@ class TrainConfig(_Strict):
             raise ValueError(
                 f"estimator_options: {self.estimator!r} has no option(s) {unknown}; its options (defaults): {known}"
             )
-        _probe_estimator_options(self.estimator, self.estimator_options)
+        options = dict(self.estimator_options)
         if self.correlation_ema is not None:
             from mrgrpo.train.trainer import check_correlation_ema
 
-            check_correlation_ema(self.estimator, self.estimator_options)
+            options = check_correlation_ema(self.estimator, options, self.correlation_ema)
+        # names and values, without data; the suite's components are checked once it is built
+        from mrgrpo.estimators import validate_options
+
+        try:
+            validate_options(spec, options, partial=True)
+        except ValueError as error:
+            raise ValueError(f"estimator_options: {error}") from None
+        if spec.validate is None:  # an estimator without its own check: run it once on a small batch
+            _probe_estimator_options(self.estimator, options)
         return self
 
     def to_yaml(self) -> str:
@@ -185,8 +194,8 @@ def _probe_estimator_options(name: str, options: dict[str, Any]) -> None:
     k = len(sized[0]) if sized and isinstance(sized[0], (list, tuple)) else 2
     rewards = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.25, 0.5], [1.0, 1.0], [0.5, 0.0], [0.0, 0.5]], dtype=torch.float64)
     rewards = rewards[:, [i % 2 for i in range(k)]] if k != 2 else rewards
-    probe = dict(options)
-    if "reward_ranges" in spec.options and probe.get("reward_ranges") is None:
+    probe = {**spec.example_options, **options}
+    if spec.needs_ranges and probe.get("reward_ranges") is None:
         probe["reward_ranges"] = [(0.0, 1.0)] * k
     try:
         compute_advantages(rewards, [0, 0, 0, 1, 1, 1], name, **probe)

@@ -259,7 +259,7 @@ def _run_train(
     from mrgrpo.train.presets import load_model
     from mrgrpo.train.report import write_report
     from mrgrpo.tasks.prepare import fit_prompts, model_context
-    from mrgrpo.train.trainer import MultiRewardGRPOTrainer
+    from mrgrpo.train.trainer import MultiRewardGRPOTrainer, check_estimator_choice
 
     import datasets
 
@@ -277,6 +277,9 @@ def _run_train(
             return RunResult(Path(resume), resume_plan[1], "already finished", time.monotonic() - job_started,
                              resume_plan[0])
     prepared = prepare_task(config)  # bad pairings fail here, before a run directory or model exists
+    # the estimator's options against the suite's components (names, ranges), before any model loads
+    check_estimator_choice(config.estimator, config.estimator_options, prepared.suite.names,
+                           prepared.suite.reward_ranges, config.correlation_ema)
     checkpoint: Path | None = None
     if resume is not None:
         run_dir = Path(resume)

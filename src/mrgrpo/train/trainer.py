@@ -12,14 +12,16 @@ internals this relies on are named and checked, at construction, in
 A trainer that already subclasses ``GRPOTrainer`` adopts mrgrpo with :class:`MultiRewardMixin`
 (``class MyTrainer(MultiRewardMixin, MyGRPOTrainer)``), keeping its own base class.
 
-GRPOConfig's advantage settings are mapped, never ignored (:func:`resolve_estimator`):
-``scale_rewards`` becomes grpo's ``scale`` option, ``multi_objective_aggregation=
-"normalize_then_sum"`` selects ``gdpo`` when no estimator is named, and a setting that
-contradicts the chosen estimator is a :class:`~mrgrpo.errors.ConfigError`.
+GRPOConfig's advantage settings are mapped, never ignored (:func:`resolve_estimator`, from the
+estimators' registered traits): ``scale_rewards`` becomes grpo's ``scale`` option,
+``multi_objective_aggregation="normalize_then_sum"`` selects ``gdpo`` when no estimator is
+named, and a setting that contradicts the chosen estimator is a
+:class:`~mrgrpo.errors.ConfigError`.
 
 Logged every step (``mrgrpo/`` prefix, averaged over a logging interval like TRL's metrics):
 ``rewards/<name>`` component means, ``reward_total`` (weighted sum with our weights),
-``advantages/{mean,std,abs_mean,min,max,frac_zero}``, ``seconds`` (time in mrgrpo code), and
+``advantages/{mean,std,abs_mean,min,max,frac_zero}``, ``seconds`` (time in mrgrpo code),
+``state/...`` (a stateful estimator's numeric state entries, e.g. Lagrange multipliers), and
 ``diag/...`` scalars from :func:`mrgrpo.diagnose` on the main process.
 """
 
@@ -35,8 +37,15 @@ import torch
 
 from mrgrpo.diagnostics import diagnose
 from mrgrpo.errors import ConfigError
-from mrgrpo.estimators import compute_advantages, corr_grpo_ema, get_estimator
+from mrgrpo.estimators import (
+    available_estimators,
+    compute_advantages,
+    compute_advantages_with_state,
+    get_estimator,
+    validate_options,
+)
 from mrgrpo.estimators.groups import Groups, make_groups
+from mrgrpo.estimators.registry import COMBINES, trl_default_estimator
 from mrgrpo.rewards.base import RewardSuite
 from mrgrpo.train import trl_compat
 
@@ -56,30 +65,28 @@ def flatten_scalars(data: Any, prefix: str) -> dict[str, float]:
     return out
 
 
-#: File in each checkpoint directory holding estimator state carried across steps.
+#: File in each checkpoint directory holding estimator state carried across steps:
+#: ``{"estimator": name, "state": <the estimator's JSON state>}``.
 ESTIMATOR_STATE_FILE = "mrgrpo_estimator_state.json"
-EMA_ESTIMATORS = ("corr_grpo", "sa_corr_grpo")
 
 
-def check_correlation_ema(estimator: str, options: dict[str, Any]) -> None:
-    """``correlation_ema`` works with the correlation estimators and supplies their matrix itself."""
-    if estimator not in EMA_ESTIMATORS:
-        raise ValueError(f"correlation_ema needs estimator {' or '.join(EMA_ESTIMATORS)}, not {estimator!r}")
+def check_correlation_ema(estimator: str, options: dict[str, Any], decay: float | None = None) -> dict[str, Any]:
+    """``options`` with the trainer's ``correlation_ema`` decay set as the estimator's option of
+    that name (the estimators that have it smooth their correlation across steps as state)."""
+    spec = get_estimator(estimator)
+    if "correlation_ema" not in spec.options:
+        takers = [n for n in available_estimators() if "correlation_ema" in get_estimator(n).options]
+        raise ConfigError(f"correlation_ema needs estimator {' or '.join(takers)}, not {estimator!r}")
+    if decay is None:
+        return dict(options)
+    if options.get("correlation_ema", decay) != decay:
+        raise ConfigError(
+            f"correlation_ema={decay!r} contradicts estimator_options correlation_ema={options['correlation_ema']!r}: set one"
+        )
     clash = sorted({"pooling", "correlation"} & set(options))
     if clash:
-        raise ValueError(f"correlation_ema sets {clash} itself (pooling='batch' with the smoothed matrix): remove them")
-
-
-#: How each built-in estimator combines components, in GRPOConfig's terms: a non-default
-#: ``multi_objective_aggregation`` must agree with the estimator (``None``: neither).
-AGGREGATION = {
-    "grpo": "sum_then_normalize",
-    "dr_grpo": "sum_then_normalize",
-    "corr_grpo": "sum_then_normalize",
-    "sa_corr_grpo": "sum_then_normalize",
-    "gdpo": "normalize_then_sum",
-    "sa_mrpo": "normalize_then_sum",
-}
+        raise ConfigError(f"correlation_ema sets {clash} itself (pooling='batch' with the smoothed matrix): remove them")
+    return {**options, "correlation_ema": decay}
 
 
 def resolve_estimator(args: Any, estimator: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -88,15 +95,17 @@ def resolve_estimator(args: Any, estimator: str | None, options: dict[str, Any])
     GRPOConfig settings that mean the same thing become estimator choices; those that
     contradict the chosen estimator raise :class:`ConfigError` (TRL's defaults,
     ``scale_rewards="group"`` and ``multi_objective_aggregation="sum_then_normalize"``, mean
-    "no setting": a GRPOConfig cannot tell a default from an explicit value):
+    "no setting": a GRPOConfig cannot tell a default from an explicit value). All of it is read
+    from the estimators' traits (:class:`mrgrpo.estimators.Estimator`):
 
-    * ``estimator=None`` (a drop-in for GRPOTrainer): ``normalize_then_sum`` selects ``gdpo``,
-      anything else ``grpo``, so the advantages equal stock TRL's for the same config;
-    * ``scale_rewards`` ``"batch"``/``"none"`` becomes grpo's ``scale`` option (``"none"`` is
-      also what ``dr_grpo`` does); every other estimator scales its own way, so a non-default
-      ``scale_rewards`` with one is rejected (TRL itself ignores it under ``normalize_then_sum``);
-    * ``multi_objective_aggregation`` other than the estimator's own family (:data:`AGGREGATION`)
-      is rejected.
+    * ``estimator=None`` (a drop-in for GRPOTrainer): the estimator whose ``trl_default`` is
+      the config's aggregation (``gdpo`` for ``normalize_then_sum``, else ``grpo``), so the
+      advantages equal stock TRL's for the same config;
+    * ``scale_rewards`` ``"batch"``/``"none"`` becomes the estimator's ``scale_option``
+      (grpo's ``scale``); ``"none"`` also agrees with an ``unscaled`` estimator (``dr_grpo``);
+      every other estimator scales its own way, so a non-default ``scale_rewards`` with one is
+      rejected (TRL itself ignores it under ``normalize_then_sum``);
+    * ``multi_objective_aggregation`` other than the estimator's ``combine`` is rejected.
     """
     defaults = trl_compat.config_defaults()
     aggregation = getattr(args, "multi_objective_aggregation", defaults["multi_objective_aggregation"])
@@ -104,28 +113,82 @@ def resolve_estimator(args: Any, estimator: str | None, options: dict[str, Any])
     scale = {True: "group", False: "none"}.get(scale, scale)  # GRPOConfig accepts booleans
     options = dict(options)
     if estimator is None:
-        estimator = "gdpo" if aggregation == "normalize_then_sum" else "grpo"
-    if aggregation != defaults["multi_objective_aggregation"] and AGGREGATION.get(estimator) != aggregation:
-        fix = "estimator='gdpo' (or 'sa_mrpo')" if aggregation == "normalize_then_sum" else "a matching estimator"
+        known = aggregation in COMBINES[:2]
+        estimator = trl_default_estimator(aggregation if known else defaults["multi_objective_aggregation"])
+    spec = get_estimator(estimator)
+    if aggregation != defaults["multi_objective_aggregation"] and spec.combine != aggregation:
+        family = [n for n in available_estimators() if get_estimator(n).combine == aggregation]
+        if family:
+            first = next((n for n in family if get_estimator(n).trl_default == aggregation), family[0])
+            rest = [n for n in family if n != first]
+            fix = f"estimator={first!r}" + (f" (or {', '.join(repr(n) for n in rest)})" if rest else "")
+        else:
+            fix = "a matching estimator"
         raise ConfigError(
             f"GRPOConfig(multi_objective_aggregation={aggregation!r}) contradicts estimator {estimator!r}, "
             f"which combines components its own way: use {fix} or drop the setting"
         )
     if scale != defaults["scale_rewards"]:
-        if estimator == "grpo":
-            if options.get("scale", scale) != scale:
+        if spec.scale_option is not None:
+            key = spec.scale_option
+            if options.get(key, scale) != scale:
                 raise ConfigError(
-                    f"GRPOConfig(scale_rewards={scale!r}) contradicts estimator_options scale={options['scale']!r}: "
+                    f"GRPOConfig(scale_rewards={scale!r}) contradicts estimator_options {key}={options[key]!r}: "
                     "set one of them"
                 )
-            options["scale"] = scale
-        elif not (estimator == "dr_grpo" and scale == "none"):
+            options[key] = scale
+        elif not (spec.unscaled and scale == "none"):
+            base = get_estimator(trl_default_estimator(defaults["multi_objective_aggregation"]))
             raise ConfigError(
                 f"GRPOConfig(scale_rewards={scale!r}) has no meaning for estimator {estimator!r}, which scales "
-                f"its own way (TRL ignores it under normalize_then_sum too): drop it, or use estimator='grpo' "
-                f"with estimator_options={{'scale': {scale!r}}}"
+                f"its own way (TRL ignores it under normalize_then_sum too): drop it, or use estimator={base.name!r} "
+                f"with estimator_options={{{base.scale_option!r}: {scale!r}}}"
             )
     return estimator, options
+
+
+def reward_func_names(reward_funcs: Any) -> list[str] | None:
+    """The component names TRL will give ``reward_funcs`` (a function's ``__name__``, a model's
+    last path part), known before GRPOTrainer is built; ``None`` if there are none."""
+    if reward_funcs is None:
+        return None
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    names = []
+    for func in funcs:
+        if isinstance(func, str):
+            names.append(func.split("/")[-1])
+        elif getattr(getattr(func, "config", None), "_name_or_path", None):
+            names.append(str(func.config._name_or_path).split("/")[-1])
+        else:
+            names.append(str(getattr(func, "__name__", type(func).__name__)))
+    return names
+
+
+def check_estimator_choice(
+    estimator: str,
+    options: dict[str, Any],
+    names: list[str] | None,
+    ranges: list[tuple[float, float]] | None,
+    correlation_ema: float | None = None,
+) -> dict[str, Any]:
+    """The options a run trains with, checked against its components before anything is built:
+    the ``correlation_ema`` decay set, ``reward_ranges`` filled from ``ranges`` for an estimator
+    that ``needs_ranges``, every value checked (:func:`mrgrpo.validate_options`) and roles
+    resolved against ``names``. Raises :class:`ConfigError` naming the option and the fix."""
+    spec = get_estimator(estimator)
+    if correlation_ema is not None:
+        if isinstance(correlation_ema, bool) or not isinstance(correlation_ema, (int, float)) or not 0 < correlation_ema < 1:
+            raise ConfigError(f"correlation_ema must be a decay in (0, 1), got {correlation_ema!r}")
+        options = check_correlation_ema(estimator, options, correlation_ema)
+    options = dict(options)
+    if spec.needs_ranges and options.get("reward_ranges") is None:
+        if ranges is None:
+            raise ConfigError(
+                f"estimator {estimator!r} needs reward_ranges: use a RewardSuite, reward functions "
+                "with a `range` attribute, or estimator_options={'reward_ranges': [(lo, hi), ...]}"
+            )
+        options["reward_ranges"] = [tuple(r) for r in ranges]
+    return validate_options(spec, options, len(names) if names is not None else None, names)
 
 
 class MultiRewardMixin:
@@ -145,15 +208,22 @@ class MultiRewardMixin:
             ``scale`` = ``scale_rewards``), i.e. stock TRL's advantages. See
             :func:`resolve_estimator` for how GRPOConfig settings map and which are rejected.
         estimator_options: the estimator's keyword options; ``reward_ranges`` defaults to the
-            suite's for estimators that take it (``sa_mrpo``).
+            suite's (or the reward functions' ``range``) for estimators that need them.
         diagnostics: run :func:`mrgrpo.diagnose` on the main process (its advantage-collapse
             figure counts the advantages actually trained on, with the real options and state).
         diagnostics_every: run it every N training batches (1 = every one; the per-step
             ``mrgrpo/rewards``, ``reward_total`` and ``advantages`` metrics are always logged).
-        correlation_ema: with ``corr_grpo``/``sa_corr_grpo``, smooth the batch-pooled
-            correlation across training steps with this EMA decay
-            (:func:`mrgrpo.corr_grpo_ema`); the state is saved in every checkpoint
-            (``mrgrpo_estimator_state.json``) and restored on resume.
+        correlation_ema: with an estimator that has the option of that name (``corr_grpo``,
+            ``sa_corr_grpo``), smooth the batch-pooled correlation across training steps with
+            this EMA decay: the same as ``estimator_options={"correlation_ema": decay}``.
+
+    Option values are checked at construction, before GRPOTrainer builds anything: a bad one
+    raises :class:`~mrgrpo.errors.ConfigError`. Options that name components (an estimator's
+    ``roles``) take the suite's component names or indices. A stateful estimator's state
+    (:func:`mrgrpo.compute_advantages_with_state`) moves with every training batch (evaluation
+    batches use it and leave it), is saved in every checkpoint
+    (``mrgrpo_estimator_state.json``), restored on resume, and its numeric entries are logged
+    every step as ``mrgrpo/state/...``.
         **kwargs: everything ``trl.GRPOTrainer`` takes (``model``, ``args``, ``train_dataset``,
             ``processing_class``, ``callbacks``, ...).
     """
@@ -176,17 +246,23 @@ class MultiRewardMixin:
         estimator, options = resolve_estimator(grpo_args, estimator, estimator_options or {})
         spec = get_estimator(estimator)
         spec.check_options(options)
-        if correlation_ema is not None:
-            check_correlation_ema(estimator, options)
-            if not 0 < correlation_ema < 1:
-                raise ValueError(f"correlation_ema must be a decay in (0, 1), got {correlation_ema!r}")
-        self.correlation_ema = correlation_ema
-        self.correlation_state: dict[str, Any] | None = None
         if suite is not None:
             if kwargs.get("reward_funcs") is not None:
                 raise ValueError("pass either suite= or reward_funcs=, not both")
             if args:
                 raise TypeError("with suite=, pass the other GRPOTrainer arguments by keyword")
+            names: list[str] | None = suite.names
+            ranges: list[tuple[float, float]] | None = suite.reward_ranges
+        else:
+            funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
+            names = reward_func_names(funcs)
+            found = [getattr(f, "range", None) for f in (funcs if isinstance(funcs, (list, tuple)) else [funcs])]
+            ranges = [tuple(r) for r in found] if funcs is not None and all(r is not None for r in found) else None
+        # Every option value is checked here, before GRPOTrainer builds anything (one ConfigError).
+        options = check_estimator_choice(estimator, options, names, ranges, correlation_ema)
+        self.correlation_ema = correlation_ema
+        self.estimator_state: dict[str, Any] | None = None  # a stateful estimator's, carried across steps
+        if suite is not None:
             kwargs["reward_funcs"] = list(suite.components)
             if grpo_args is not None:
                 given = grpo_args.reward_weights
@@ -201,19 +277,9 @@ class MultiRewardMixin:
         if suite is not None:
             self.reward_weights = torch.tensor(suite.weights, dtype=torch.float32)
             self.reward_names: list[str] = suite.names
-            ranges: list[tuple[float, float]] | None = suite.reward_ranges
         else:
             self.reward_names = list(self.reward_func_names)
-            found = [getattr(f, "range", None) for f in self.reward_funcs]
-            ranges = [tuple(r) for r in found] if all(r is not None for r in found) else None
         self.reward_ranges = ranges
-        if "reward_ranges" in spec.options and "reward_ranges" not in options:
-            if ranges is None:
-                raise ValueError(
-                    f"estimator {estimator!r} needs reward_ranges: use a RewardSuite, reward functions "
-                    "with a `range` attribute, or estimator_options={'reward_ranges': [(lo, hi), ...]}"
-                )
-            options["reward_ranges"] = ranges
         self.estimator = estimator
         self.estimator_options = options
         self.run_diagnostics = diagnostics
@@ -266,39 +332,54 @@ class MultiRewardMixin:
         return groups
 
     def advantages_for(self, rewards: torch.Tensor, mode: str = "train") -> torch.Tensor:
-        """Advantages ``[B_global]`` of a gathered reward matrix ``[B_global, K]``."""
+        """Advantages ``[B_global]`` of a gathered reward matrix ``[B_global, K]``; a training
+        batch moves a stateful estimator's state, an evaluation batch only reads it."""
         group_ids = self.groups_for(rewards.shape[0], mode, rewards.device)
-        weights = self._weights(rewards)
-        if self.correlation_ema is not None:
-            if mode == "train":  # only training batches move the smoothed estimate
-                advantages, self.correlation_state = corr_grpo_ema(
-                    rewards, group_ids, self.correlation_state, weights, self.correlation_ema,
-                    self.estimator, **self.estimator_options,
-                )
-                return advantages
-            if self.correlation_state is not None:
-                return compute_advantages(
-                    rewards, group_ids, self.estimator, weights, pooling="batch",
-                    correlation=self.correlation_state["correlation"], **self.estimator_options,
-                )
+        weights = self._estimator_weights(rewards)
+        if get_estimator(self.estimator).stateful:
+            advantages, state = compute_advantages_with_state(
+                rewards, group_ids, self.estimator, weights, state=self.estimator_state, **self.estimator_options
+            )
+            if mode == "train":
+                self.estimator_state = state
+            return advantages
         return compute_advantages(rewards, group_ids, self.estimator, weights=weights, **self.estimator_options)
+
+    @property
+    def correlation_state(self) -> dict[str, Any] | None:
+        """The estimator's state (the smoothed correlation, with ``correlation_ema``)."""
+        return self.estimator_state
 
     def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202
         super()._save_checkpoint(model, trial)
-        if self.correlation_state is not None and self.args.should_save:
+        if self.estimator_state is not None and self.args.should_save:
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             if folder.is_dir():
-                (folder / ESTIMATOR_STATE_FILE).write_text(json.dumps({"correlation_ema": self.correlation_state}))
+                record = {"estimator": self.estimator, "state": self.estimator_state}
+                (folder / ESTIMATOR_STATE_FILE).write_text(json.dumps(record, allow_nan=False))
 
     def _load_rng_state(self, checkpoint):  # noqa: ANN001, ANN202
         # Called by Trainer.train when resuming: restore our state from the same checkpoint.
         super()._load_rng_state(checkpoint)
         path = Path(checkpoint) / ESTIMATOR_STATE_FILE if checkpoint else None
-        if self.correlation_ema is not None and path is not None and path.is_file():
-            self.correlation_state = json.loads(path.read_text())["correlation_ema"]
+        if get_estimator(self.estimator).stateful and path is not None and path.is_file():
+            record = json.loads(path.read_text())
+            saved_by = record.get("estimator", self.estimator)
+            if saved_by != self.estimator:
+                raise ConfigError(
+                    f"{path}: the estimator state was saved by {saved_by!r}, this run trains {self.estimator!r}: "
+                    "resume with the run's own estimator"
+                )
+            # ("correlation_ema": the key of checkpoints written before the state protocol)
+            self.estimator_state = record.get("state", record.get("correlation_ema"))
 
     def _weights(self, rewards: torch.Tensor) -> torch.Tensor:
         return self.reward_weights.to(device=rewards.device, dtype=torch.float64)
+
+    def _estimator_weights(self, rewards: torch.Tensor) -> torch.Tensor | None:
+        """The weights the estimator gets: the components' (``None``, all ones, for an
+        estimator registered with ``uses_weights=False``)."""
+        return self._weights(rewards) if get_estimator(self.estimator).uses_weights else None
 
     def _log_mrgrpo(self, rewards: torch.Tensor, advantages: torch.Tensor, mode: str) -> None:
         metrics = self._metrics[mode]
@@ -325,6 +406,9 @@ class MultiRewardMixin:
         )
         for key, value in zip(("mean", "std", "abs_mean", "min", "max", "frac_zero"), stats):
             metrics[f"mrgrpo/advantages/{key}"].append(value)
+        if mode == "train" and self.estimator_state is not None:
+            for key, value in flatten_scalars(self.estimator_state, "mrgrpo/state").items():
+                metrics[key].append(value)
         # Replace TRL's advantages in the completions table with the ones actually trained on.
         logged = self._logs["advantages"]
         for _ in range(min(len(a), len(logged))):

@@ -9,6 +9,10 @@ with ``token_level_rewards`` / ``response_mask`` of shape ``(bs, response_len)``
 On verl's v1 trainer the rows are agent-loop outputs (:mod:`.sessions`): the estimator sees one
 row per session (its final output), grouped by ``uid``, and the result is broadcast to the
 session's other outputs.
+
+Everything estimator-specific is read from the estimators' registered traits (scale option,
+unscaled, batch normalization, ranges, roles, state), never from their names. A stateful
+estimator's state is carried across training batches in :data:`.state.STATE`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories
+from mrgrpo.integrations.verl.state import STATE
 
 PREFIX = "mrgrpo_"
 
@@ -79,11 +84,17 @@ def reward_matrix(
 
 
 def estimator_options(
-    estimator: str, settings: MrgrpoVerlConfig, norm_adv_by_std_in_grpo: bool, num_components: int
+    estimator: str,
+    settings: MrgrpoVerlConfig,
+    norm_adv_by_std_in_grpo: bool,
+    num_components: int,
+    component_names: tuple[str, ...] | list[str] | None = None,
 ) -> dict[str, Any]:
     """The keyword options for ``mrgrpo.compute_advantages``: ``settings.options`` plus verl's
-    conventions mapped onto mrgrpo's option names (``eps``; ``norm_adv_by_std_in_grpo=False`` ->
-    GRPO's ``scale="none"``; token whitening -> ``batch_norm=False``; suite ranges)."""
+    conventions mapped onto the estimator's traits (``eps``; ``norm_adv_by_std_in_grpo=False``
+    -> its ``scale_option`` set to ``"none"``, or agreement from an ``unscaled`` estimator; token
+    whitening -> ``batch_norm=False``; suite ranges for one that ``needs_ranges``), every value
+    checked (:func:`mrgrpo.validate_options`) and roles resolved against ``component_names``."""
     spec = mrgrpo.get_estimator(estimator)
     options = dict(settings.options)
     try:
@@ -93,33 +104,65 @@ def estimator_options(
     if "eps" in spec.options and "eps" not in options and settings.eps is not None:
         options["eps"] = settings.eps
     if not norm_adv_by_std_in_grpo:
-        if estimator == "grpo":
-            if options.setdefault("scale", "none") != "none":
+        if spec.scale_option is not None:
+            key = spec.scale_option
+            if options.setdefault(key, "none") != "none":
                 raise ConfigError(
-                    f"algorithm.norm_adv_by_std_in_grpo=false conflicts with mrgrpo option scale={options['scale']!r}"
+                    f"algorithm.norm_adv_by_std_in_grpo=false conflicts with mrgrpo option {key}={options[key]!r}"
                 )
-        elif estimator != "dr_grpo":
+        elif not spec.unscaled:
+            unscaled = [verl_name(n) for n in mrgrpo.available_estimators() if mrgrpo.get_estimator(n).unscaled]
             raise ConfigError(
                 f"algorithm.norm_adv_by_std_in_grpo=false has no meaning for mrgrpo_{estimator}; set it "
-                "to true (use mrgrpo_dr_grpo for unscaled advantages)"
+                f"to true (use {' or '.join(unscaled) or 'an unscaled estimator'} for unscaled advantages)"
             )
     if settings.normalization == "token":
-        if "batch_norm" not in spec.options:
+        if not spec.batch_norm or "batch_norm" not in spec.options:
+            takers = [
+                n for n in mrgrpo.available_estimators()
+                if mrgrpo.get_estimator(n).batch_norm and "batch_norm" in mrgrpo.get_estimator(n).options
+            ]
             raise ConfigError(
                 f"algorithm.mrgrpo.normalization='token' replaces a final batch normalization, which "
-                f"mrgrpo_{estimator} does not have; estimators with one: "
-                f"{[n for n in mrgrpo.available_estimators() if 'batch_norm' in mrgrpo.get_estimator(n).options]}"
+                f"mrgrpo_{estimator} does not have (or cannot turn off); estimators with one: {takers}"
             )
         if options.get("batch_norm") is True:
             raise ConfigError("algorithm.mrgrpo.normalization='token' conflicts with option batch_norm=true")
         options["batch_norm"] = False
-    if "reward_ranges" in spec.options and options.get("reward_ranges") is None and settings.suite:
+    if spec.needs_ranges and options.get("reward_ranges") is None and settings.suite:
         options["reward_ranges"] = [list(r) for r in suite_of(settings).reward_ranges]
     if options.get("reward_ranges") is not None and len(options["reward_ranges"]) != num_components:
         raise ConfigError(
             f"reward_ranges has {len(options['reward_ranges'])} entries for {num_components} components"
         )
-    return options
+    if spec.needs_ranges and options.get("reward_ranges") is None:
+        raise ConfigError(
+            f"mrgrpo_{estimator} needs reward_ranges: one [lo, hi] per component ({num_components}): set "
+            "algorithm.mrgrpo.options.reward_ranges, or algorithm.mrgrpo.suite to take the suite's"
+        )
+    try:
+        return mrgrpo.validate_options(spec, options, num_components, list(component_names) if component_names else None)
+    except ValueError as error:
+        raise ConfigError(f"algorithm.mrgrpo.options: {error}") from None
+
+
+def import_user_modules(settings: MrgrpoVerlConfig) -> list[str]:
+    """Import the modules named in ``algorithm.mrgrpo.import`` (where users register their own
+    estimators) and register every estimator with verl; returns verl's ``mrgrpo_*`` names.
+    Called before an estimator is looked up, in whichever process does the lookup."""
+    import importlib
+
+    for module in settings.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(
+                f"algorithm.mrgrpo.import: cannot import {module!r} ({error}); the module must be importable "
+                "in every Ray worker (installed, or on PYTHONPATH via ray_kwargs.ray_init.runtime_env)"
+            ) from None
+    from mrgrpo.integrations.verl import register_all
+
+    return register_all()
 
 
 def suite_of(settings: MrgrpoVerlConfig):
@@ -181,7 +224,13 @@ def rollout_values(
 
     Shapes: ``rewards (N, K)``, ``group_ids (N,)``, ``response_mask (N, response_len)``.
     """
-    values = mrgrpo.compute_advantages(rewards, group_ids, estimator=estimator, weights=weights, **options)
+    if mrgrpo.get_estimator(estimator).stateful:  # the state the previous training batch left
+        values, state = mrgrpo.compute_advantages_with_state(
+            rewards, group_ids, estimator, weights, state=STATE.get(estimator), **options
+        )
+        STATE.put(estimator, state)
+    else:
+        values = mrgrpo.compute_advantages(rewards, group_ids, estimator=estimator, weights=weights, **options)
     values = values.to(torch.float64)
     if settings.singleton_groups == "score":
         values = _singleton_scores(estimator, values, rewards, group_ids, weights, options)
@@ -210,7 +259,8 @@ def _singleton_scores(estimator, values, rewards, group_ids, weights, options) -
         return values
     w = torch.ones(rewards.shape[1], dtype=torch.float64) if weights is None else torch.tensor(weights, dtype=torch.float64)
     total = (torch.nan_to_num(rewards, nan=0.0) * w.to(rewards.device)).sum(dim=1)
-    if estimator != "dr_grpo" and options.get("scale", "group") != "none":
+    unscaled = spec.unscaled or (spec.scale_option is not None and options.get(spec.scale_option) == "none")
+    if not unscaled:
         total = total / (1.0 + float(options.get("eps", spec.options.get("eps", VERL_EPS))))
     return torch.where(single, total.to(values.dtype), values)
 
@@ -244,6 +294,8 @@ def token_advantages(
         value = config.get("norm_adv_by_std_in_grpo", True) if config is not None and hasattr(config, "get") else True
         norm_adv_by_std_in_grpo = bool(value)
     components, weights = resolved_components(settings)
+    if not mrgrpo.get_estimator(estimator).uses_weights and settings.weights is None:
+        weights = None  # (the suite's weights do not apply; configured ones go to its own check)
     group_ids = list(index) if isinstance(index, np.ndarray) and index.dtype == object else index
     mask = response_mask.detach()
     if trajectories is None:
@@ -254,8 +306,8 @@ def token_advantages(
         final_rows, rows = trajectories.sessions(group_ids)
         rewards, mask = rewards[torch.from_numpy(final_rows).to(rewards.device)], mask[torch.from_numpy(final_rows).to(mask.device)]
         group_ids = [group_ids[i] for i in final_rows.tolist()]
-    options = estimator_options(estimator, settings, norm_adv_by_std_in_grpo, rewards.shape[1])
-    has_batch_norm = "batch_norm" in mrgrpo.get_estimator(estimator).options and options.get("batch_norm", True)
+    options = estimator_options(estimator, settings, norm_adv_by_std_in_grpo, rewards.shape[1], components)
+    has_batch_norm = mrgrpo.get_estimator(estimator).batch_norm and options.get("batch_norm", True) is not False
     if settings.singleton_groups == "score" and settings.normalization == "rollout" and has_batch_norm:
         raise ConfigError(
             f"algorithm.mrgrpo.singleton_groups='score' with normalization='rollout' would be mixed into "

@@ -14,6 +14,7 @@ read one optional sub-block, ``algorithm.mrgrpo``; every field is documented her
         eps: 1.0e-6                                  # verl's epsilon; null = mrgrpo's default
         suite: null                                  # e.g. "math": components/weights/ranges from it
         suite_options: {}
+        import: []                                   # your modules that @mrgrpo.register_estimator
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from mrgrpo.errors import ConfigError
 NORMALIZATIONS = ("rollout", "token")
 SINGLETON_GROUPS = ("zero", "score")
 VERL_EPS = 1e-6  # verl's ``epsilon`` default in compute_grpo_outcome_advantage / gdpo
+#: Config keys that are not the field's name (``import`` is a Python keyword).
+KEYS = {"imports": "import"}
+FIELDS = {v: k for k, v in KEYS.items()}
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,11 @@ class MrgrpoVerlConfig:
             defaults for components, weights and (for sa_mrpo) ``reward_ranges``; use the same
             suite in ``mrgrpo.integrations.verl_reward``.
         suite_options: keyword arguments of the suite factory.
+        imports: (key ``import`` in the config) modules to import before the estimator is
+            looked up, e.g. ``[my_estimators]`` where you ``@mrgrpo.register_estimator`` your
+            own: the launcher imports them (and checks the estimator's options) before Ray
+            starts and lists them in every Ray worker's ``VERL_USE_EXTERNAL_MODULES``; the
+            trainer process imports them again before its first advantage computation.
     """
 
     components: tuple[str, ...] | None = None
@@ -76,6 +85,7 @@ class MrgrpoVerlConfig:
     eps: float | None = VERL_EPS
     suite: str | None = None
     suite_options: dict[str, Any] = field(default_factory=dict)
+    imports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.normalization not in NORMALIZATIONS:
@@ -96,6 +106,8 @@ class MrgrpoVerlConfig:
                 f"algorithm.mrgrpo.weights has {len(self.weights)} entries for {len(self.components)} "
                 f"components {list(self.components)}"
             )
+        if not all(isinstance(m, str) and m for m in self.imports):
+            raise ConfigError(f"algorithm.mrgrpo.import must be a list of module names, got {list(self.imports)!r}")
         if self.eps is not None and not (self.eps >= 0):
             raise ConfigError(f"algorithm.mrgrpo.eps must be >= 0 or null, got {self.eps!r}")
 
@@ -108,11 +120,20 @@ class MrgrpoVerlConfig:
         block = _plain(_get(algorithm, "mrgrpo")) or {}
         if not isinstance(block, Mapping):
             raise ConfigError(f"algorithm.mrgrpo must be a mapping, got {type(block).__name__}")
-        known = {f.name for f in fields(cls)}
+        known = {KEYS.get(f.name, f.name) for f in fields(cls)}
         unknown = sorted(set(block) - known)
         if unknown:
             raise ConfigError(f"algorithm.mrgrpo has unknown key(s) {unknown}; known keys: {sorted(known)}")
-        values = dict(block)
+        values = {FIELDS.get(k, k): v for k, v in block.items()}
+        if values.get("imports") is None:
+            values.pop("imports", None)
+        else:
+            modules = values["imports"]
+            if isinstance(modules, str):
+                modules = [modules]
+            if not isinstance(modules, list | tuple):
+                raise ConfigError(f"algorithm.mrgrpo.import must be a list of module names, got {modules!r}")
+            values["imports"] = tuple(modules)
         if values.get("components") is None and values.get("suite") is None:
             values["components"] = _plain(_get(algorithm, "gdpo_reward_keys"))
             if values.get("weights") is None:

@@ -4,13 +4,16 @@ Takes exactly what ``python -m verl.trainer.main_ppo`` takes (``--config-path``,
 ``--config-name``, Hydra overrides) and composes the same config (verl's ``ppo_trainer`` by
 default). Before handing it to verl's own ``main`` it
 
-1. checks an ``mrgrpo_*`` estimator's settings (``algorithm.mrgrpo``: keys, components, options),
-   so a typo fails now and not after the first rollout;
+1. imports the modules named in ``algorithm.mrgrpo.import`` (a user's own estimators), then
+   checks an ``mrgrpo_*`` estimator's settings (``algorithm.mrgrpo``: keys, components, option
+   names and values, ``reward_ranges`` included), so a typo or a bad value fails now and not
+   after the first rollout;
 2. checks that the trainer verl will run can see the components (``trainer.use_v1=true``, verl's
    default, needs the ``transferqueue`` package);
-3. adds ``mrgrpo.integrations.verl`` to ``VERL_USE_EXTERNAL_MODULES`` in this process and in the
-   Ray runtime env of every worker (``ray_kwargs.ray_init.runtime_env.env_vars``), so the trainer
-   actor, wherever Ray places it, imports the integration when it imports verl.
+3. adds the user's modules and ``mrgrpo.integrations.verl`` to ``VERL_USE_EXTERNAL_MODULES`` in
+   this process and in the Ray runtime env of every worker
+   (``ray_kwargs.ray_init.runtime_env.env_vars``), so the trainer actor, wherever Ray places it,
+   imports them when it imports verl.
 
 This is the one entry point a user changes: ``python -m verl.trainer.main_ppo ...`` becomes
 ``python -m mrgrpo.integrations.verl ...`` (or set that environment variable in the runtime env
@@ -30,9 +33,11 @@ MODULE = "mrgrpo.integrations.verl"
 ENV = "VERL_USE_EXTERNAL_MODULES"
 
 
-def with_module(value: str | None) -> str:
-    """``VERL_USE_EXTERNAL_MODULES`` with :data:`MODULE` added once (comma-separated list)."""
+def with_module(value: str | None, extra: tuple[str, ...] | list[str] = ()) -> str:
+    """``VERL_USE_EXTERNAL_MODULES`` with the ``extra`` modules (a user's estimators) and
+    :data:`MODULE` added once each (comma-separated list)."""
     modules = [m.strip() for m in (value or "").split(",") if m.strip()]
+    modules += [m for m in dict.fromkeys(extra) if m not in modules]
     return ",".join(modules if MODULE in modules else [*modules, MODULE])
 
 
@@ -43,29 +48,35 @@ def prepare(config: Any) -> Any:
 
     import mrgrpo
     import mrgrpo.integrations.verl as integration
-    from mrgrpo.integrations.verl.adapter import estimator_options, mrgrpo_name, resolved_components
+    from mrgrpo.integrations.verl.adapter import estimator_options, import_user_modules, mrgrpo_name, resolved_components
     from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
 
     estimator = mrgrpo_name(OmegaConf.select(config, "algorithm.adv_estimator"))
+    user_modules: tuple[str, ...] = ()
     if estimator is not None:
+        settings = MrgrpoVerlConfig.from_algorithm_config(config.algorithm)
+        known = import_user_modules(settings)
+        user_modules = settings.imports
         if estimator not in mrgrpo.available_estimators():
             raise ConfigError(
-                f"algorithm.adv_estimator=mrgrpo_{estimator} is not an mrgrpo estimator; known: {integration.register_all()}"
+                f"algorithm.adv_estimator=mrgrpo_{estimator} is not an mrgrpo estimator; known: {known} "
+                "(your own: register it with @mrgrpo.register_estimator in a module named in algorithm.mrgrpo.import)"
             )
-        settings = MrgrpoVerlConfig.from_algorithm_config(config.algorithm)
         components, _ = resolved_components(settings)
         norm = bool(OmegaConf.select(config, "algorithm.norm_adv_by_std_in_grpo", default=True))
-        estimator_options(estimator, settings, norm, len(components) if components else 1)
+        estimator_options(estimator, settings, norm, len(components) if components else 1, components)
     if OmegaConf.select(config, "trainer.use_v1", default=False) and not integration.install_v1():
         raise MissingExtraError(
             "verl's v1 trainer (trainer.use_v1=true)", "verl", "transferqueue",
             install="pip install 'mrgrpo[verl]' && pip install --no-deps verl==0.9.1 transferqueue",
         )
-    os.environ[ENV] = with_module(os.environ.get(ENV))
+    os.environ[ENV] = with_module(os.environ.get(ENV), user_modules)
     with open_dict(config):
         env_vars = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars", default=None)
         current = env_vars.get(ENV) if env_vars is not None else None
-        OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{ENV}", with_module(current), force_add=True)
+        OmegaConf.update(
+            config, f"ray_kwargs.ray_init.runtime_env.env_vars.{ENV}", with_module(current, user_modules), force_add=True
+        )
     return config
 
 

@@ -14,6 +14,9 @@ queue and runs verl's own ``_compute_advantage`` (KL-in-reward, rollout correcti
 all verl's) with them in scope (:func:`.sessions.using`). The registered estimator then computes
 on each session's final output, grouped by ``uid``, and broadcasts the result to the session's
 other rows (:class:`.sessions.Trajectories`). Every other estimator runs verl's code unchanged.
+The subclass also saves a stateful estimator's state beside verl's checkpoint and restores it
+when verl resumes (:mod:`.state`), adds the state's numeric entries to the step's metrics, and
+imports the modules of ``algorithm.mrgrpo.import`` before the estimator is looked up.
 No verl file is edited; trainers registered after :func:`install` are wrapped by calling it again.
 """
 
@@ -23,12 +26,14 @@ from typing import Any
 
 import numpy as np
 import transfer_queue as tq
+from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import trainer_base
 
 from mrgrpo.errors import InputError
-from mrgrpo.integrations.verl.adapter import mrgrpo_name, resolved_components
+from mrgrpo.integrations.verl.adapter import import_user_modules, mrgrpo_name, resolved_components, verl_name
 from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories, scores_column, using
+from mrgrpo.integrations.verl.state import STATE, load_after, save_after
 
 EXTRA_FIELDS = "extra_fields"
 REWARD_EXTRA_INFO = "reward_extra_info"
@@ -76,13 +81,31 @@ class MrgrpoAdvantageMixin:
     config: Any
 
     def _compute_advantage(self, batch, metrics):  # noqa: D401 - verl's signature
-        if mrgrpo_name(self.config.algorithm.adv_estimator) is None:
+        estimator = mrgrpo_name(self.config.algorithm.adv_estimator)
+        if estimator is None:
             return super()._compute_advantage(batch, metrics)
         settings = MrgrpoVerlConfig.from_algorithm_config(self.config.algorithm)
+        if settings.imports or verl_name(estimator) not in core_algos.ADV_ESTIMATOR_REGISTRY:
+            import_user_modules(settings)  # a user's own estimator: registered before verl looks it up
         components, _ = resolved_components(settings)
         trajectories = read_trajectories(batch, components)
         with using(trajectories):
-            return super()._compute_advantage(batch, metrics)
+            result = super()._compute_advantage(batch, metrics)
+        if STATE.estimator == estimator:
+            metrics.update(STATE.metrics)  # a stateful estimator's numeric state, every step
+        return result
+
+    def _save_checkpoint(self, *args, **kwargs):
+        result = super()._save_checkpoint(*args, **kwargs)
+        if mrgrpo_name(self.config.algorithm.adv_estimator) is not None:
+            save_after(self)  # beside verl's checkpoint (global_step_<n>/)
+        return result
+
+    def _load_checkpoint(self, *args, **kwargs):
+        result = super()._load_checkpoint(*args, **kwargs)
+        if mrgrpo_name(self.config.algorithm.adv_estimator) is not None:
+            load_after(self)  # from the folder verl resumed from
+        return result
 
 
 _BASE_ATTR = "_mrgrpo_base"
