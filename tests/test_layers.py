@@ -37,13 +37,8 @@ ALLOWED_UPWARD = {
 }
 ALLOWED_PRIVATE = {  # (importer, module, name)
     ("mrgrpo.rewards.agent", "mrgrpo.rewards.tool_call", "_as_call"),
-    ("mrgrpo.experiments.compare", "mrgrpo.train.evaluate", "_render"),
-    ("mrgrpo.experiments.testbed", "mrgrpo.experiments.compare", "_evaluate"),
-    ("mrgrpo.experiments.testbed", "mrgrpo.experiments.compare", "_normalize"),
 }
-ALLOWED_CIRCLES = {
-    frozenset({"mrgrpo.experiments.compare", "mrgrpo.experiments.testbed"}),  # compare <-> testbed
-}
+ALLOWED_CIRCLES: set[frozenset[str]] = set()
 
 
 def _module(path: Path) -> str:

@@ -3,8 +3,8 @@
     python docs/results/claim_tables.py runs/learnable-x1 runs/learnable-x100 [--seeds N]
 
 Reads each comparison's ``runs/*/seed*/result.json`` (``mrgrpo compare``), ``start.json``
-(:func:`mrgrpo.experiments.testbed.evaluate_start`) and the runs' ``diagnostics.jsonl``
-(:func:`mrgrpo.experiments.testbed.compare_diagnostics`); only seeds for which every estimator
+(:func:`mrgrpo.experiments.compare.evaluate_start`) and the runs' ``diagnostics.jsonl``
+(:func:`mrgrpo.experiments.compare.compare_diagnostics`); only seeds for which every estimator
 finished are used. Paired differences: per seed, estimator minus baseline; mean ± 95% t interval,
 the paired t-test's p and Holm's adjusted p over the table (the family).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mrgrpo.experiments.compare import run_dir_of
 from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
-from mrgrpo.experiments.testbed import compare_diagnostics
+from mrgrpo.experiments.compare import compare_diagnostics
 
 ESTIMATORS = ["grpo", "gdpo", "sa_mrpo", "corr_grpo", "corr_grpo(numerator=standardized)"]
 OBJECTIVES = ["correct", "format", "close", "low", "total"]

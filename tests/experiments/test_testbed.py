@@ -1,6 +1,6 @@
 import pytest
 
-from mrgrpo.experiments import testbed
+from mrgrpo.experiments import compare, testbed
 from mrgrpo.experiments.testbed import parse_answer
 
 
@@ -126,7 +126,7 @@ def test_run_diagnostics_summarizes_the_logged_steps(tmp_path):
     assert d["steps"] == 10 and d["distinct_profiles"] == 4.0 and d["distinct_advantages"] == 2.5
     assert d["saturation_first"]["correct"] == pytest.approx(0.05)  # steps 0, 1
     assert d["saturation_last"]["format"] == pytest.approx(1 - 0.85)  # steps 8, 9
-    assert testbed.compare_diagnostics(tmp_path, ["grpo"], [0], window=2)["grpo"]["variance_share"]["format"] == 0.75
+    assert compare.compare_diagnostics(tmp_path, ["grpo"], [0], window=2)["grpo"]["variance_share"]["format"] == 0.75
     # one step with a near-constant total (shares of ±1e6) does not decide the summary: the median over steps
     lines = [step(i, 0.5, 2.0) for i in range(5)]
     lines[2]["variance_share"] = {"correct": -3e5, "format": 3e5 + 1}
@@ -168,7 +168,7 @@ def test_evaluate_start_scores_the_policy_before_rl(tmp_path):
         "model: tiny\ntask: {name: chain_sum, options: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}, size: 8, eval_size: 4}\n"
         "rewards: {suite: testbed}\nestimator: grpo\nmax_steps: 1\nexperiment: {eval: {samples: 2, max_new_tokens: 8}}\n")
     # no warm start in the config: the config's model itself, on every seed
-    result = testbed.evaluate_start(config, tmp_path / "out", [0, 1])
+    result = compare.evaluate_start(config, tmp_path / "out", [0, 1])
     assert set(result["objectives"]) == {"0", "1"} and json.loads((tmp_path / "out" / "start.json").read_text()) == result
     for objectives in result["objectives"].values():
         assert set(objectives) == {"correct", "format", "close", "low", "total"}
@@ -176,4 +176,4 @@ def test_evaluate_start_scores_the_policy_before_rl(tmp_path):
     # a warm-start config whose comparison has not run yet says so
     config.write_text(config.read_text().replace("experiment: {", "experiment: {warm_start: {steps: 1}, "))
     with pytest.raises(FileNotFoundError, match="no warm start"):
-        testbed.evaluate_start(config, tmp_path / "none", [0])
+        compare.evaluate_start(config, tmp_path / "none", [0])

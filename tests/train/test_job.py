@@ -61,7 +61,7 @@ def test_tiny_run_writes_all_files(estimator, tmp_path):
 
 
 def _key_patterns(markdown: str, estimator: str) -> list[re.Pattern]:
-    """The metric keys a doc names, ``{a,b}`` expanded, ``<component>`` a wildcard."""
+    """The metric keys a doc names, ``{a,b}`` expanded, ``<component>`` and ``<index>`` wildcards."""
     keys = []
     for key in re.findall(r"`(mrgrpo/[^`\s]+)`", markdown):
         parts = re.split(r"\{([^}]*)\}", key)
@@ -69,7 +69,8 @@ def _key_patterns(markdown: str, estimator: str) -> list[re.Pattern]:
         for i, part in enumerate(parts):
             expanded = [e + alt for e in expanded for alt in (part.split(",") if i % 2 else [part])]
         keys += expanded
-    return [re.compile(re.escape(k).replace(re.escape("<component>"), "[^/]+").replace(re.escape("<estimator>"), estimator) + "$")
+    return [re.compile(re.escape(k).replace(re.escape("<component>"), "[^/]+").replace(re.escape("<estimator>"), estimator)
+                       .replace(re.escape("<index>"), "[0-9]+") + "$")
             for k in keys]
 
 

@@ -137,7 +137,7 @@ def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConf
     on their training curves (``curve``/``end``)."""
     from mrgrpo.tasks.prepare import model_context
     from mrgrpo.tasks.registry import resolve
-    from mrgrpo.train.evaluate import _render, generate
+    from mrgrpo.train.evaluate import render_prompt, generate
     from mrgrpo.train.job import last_checkpoint
     from mrgrpo.train.presets import load_model
 
@@ -154,7 +154,7 @@ def _evaluate(run_dir: Path, config: Any, suite: Any, experiment: ExperimentConf
     context = model_context(loaded.model, loaded.tokenizer)
     if context is not None:  # the task's prompt rule, as in training
         dataset, _ = task.fit(dataset, loaded.tokenizer, loaded.chat, context - max_new, task.resolve_options(spec.options))
-    prompts = [_render(p, loaded.tokenizer, loaded.chat) for p in dataset["prompt"]]
+    prompts = [render_prompt(p, loaded.tokenizer, loaded.chat) for p in dataset["prompt"]]
     import torch
 
     with torch.random.fork_rng(devices=[]):
@@ -436,3 +436,56 @@ def render_markdown(summary: dict[str, Any], figures: dict[str, Any]) -> str:
         if path is not None:
             lines.append(f"![{name}]({name})")
     return "\n".join(lines) + "\n"
+
+
+def evaluate_start(config_path: str | Path, out: str | Path, seeds: list[int], overrides: list[str] | None = None) -> dict[str, Any]:
+    """Held-out sampled evaluation of the policy *before* RL of a finished ``mrgrpo compare --out
+    OUT``, with the comparison's own evaluation settings and seeds: each seed's warm start, or,
+    for a config without ``experiment.warm_start`` (a pretrained model), the config's model itself.
+
+    Writes and returns ``OUT/start.json``: ``{"seeds": [...], "objectives": {seed: {...}}}``, the
+    objectives normalized as in ``compare`` (component / range; ``total`` = weighted sum), so
+    ``eval − start`` per seed is what RL added.
+    """
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import build_suite
+    from mrgrpo.train.presets import load_tokenizer
+
+    out = Path(out)
+    train, experiment = load_compare_config(config_path, overrides)
+    result: dict[str, Any] = {"seeds": list(seeds), "objectives": {}, "raw": {}}
+    for seed in seeds:
+        model = str(train.get("model", "tiny"))
+        if experiment.warm_start is not None and model == "tiny":
+            warm = out / "warm_start" / f"seed{seed}"
+            if not (warm / "config.json").is_file():
+                raise FileNotFoundError(f"{warm}: no warm start there; run `mrgrpo compare` on {out} first")
+            model = str(warm)
+        config = validate_config({**train, "model": model, "seed": seed})
+        suite = build_suite(config, load_tokenizer(model))
+        means = _evaluate(out, config, suite, experiment, model=model)["means"]
+        result["raw"][str(seed)] = means
+        result["objectives"][str(seed)] = _normalize(means, suite.names, suite.reward_ranges, suite.weights)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "start.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def compare_diagnostics(out: str | Path, estimators: list[str], seeds: list[int], window: int = 5) -> dict[str, Any]:
+    """:func:`~mrgrpo.experiments.testbed.run_diagnostics` of every run of ``mrgrpo compare --out OUT``, averaged over ``seeds``
+    per estimator (same keys; nested dicts averaged per component)."""
+    from mrgrpo.experiments.testbed import run_diagnostics
+
+    out = Path(out)
+    result: dict[str, Any] = {}
+    for estimator in estimators:
+        runs = [run_diagnostics(run_dir_of(out, estimator, seed), window) for seed in seeds]
+
+        def avg(values: list[Any]) -> Any:
+            if isinstance(values[0], dict):
+                return {k: avg([v[k] for v in values]) for k in values[0]}
+            kept = [v for v in values if v is not None]
+            return sum(kept) / len(kept) if kept else None
+
+        result[estimator] = {key: avg([r[key] for r in runs]) for key in runs[0]}
+    return result

@@ -261,40 +261,6 @@ def _check_roundtrip(tokenizer: Any, directory: Path, text: str) -> None:
         raise RuntimeError(f"warm start {directory}: the saved tokenizer reloads with other token ids")
 
 
-def evaluate_start(config_path: str | Path, out: str | Path, seeds: list[int], overrides: list[str] | None = None) -> dict[str, Any]:
-    """Held-out sampled evaluation of the policy *before* RL of a finished ``mrgrpo compare --out
-    OUT``, with the comparison's own evaluation settings and seeds: each seed's warm start, or,
-    for a config without ``experiment.warm_start`` (a pretrained model), the config's model itself.
-
-    Writes and returns ``OUT/start.json``: ``{"seeds": [...], "objectives": {seed: {...}}}``, the
-    objectives normalized as in ``compare`` (component / range; ``total`` = weighted sum), so
-    ``eval − start`` per seed is what RL added.
-    """
-    from mrgrpo.experiments.compare import _evaluate, _normalize, load_compare_config
-    from mrgrpo.train.config import validate_config
-    from mrgrpo.train.job import build_suite
-    from mrgrpo.train.presets import load_tokenizer
-
-    out = Path(out)
-    train, experiment = load_compare_config(config_path, overrides)
-    result: dict[str, Any] = {"seeds": list(seeds), "objectives": {}, "raw": {}}
-    for seed in seeds:
-        model = str(train.get("model", "tiny"))
-        if experiment.warm_start is not None and model == "tiny":
-            warm = out / "warm_start" / f"seed{seed}"
-            if not (warm / "config.json").is_file():
-                raise FileNotFoundError(f"{warm}: no warm start there; run `mrgrpo compare` on {out} first")
-            model = str(warm)
-        config = validate_config({**train, "model": model, "seed": seed})
-        suite = build_suite(config, load_tokenizer(model))
-        means = _evaluate(out, config, suite, experiment, model=model)["means"]
-        result["raw"][str(seed)] = means
-        result["objectives"][str(seed)] = _normalize(means, suite.names, suite.reward_ranges, suite.weights)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "start.json").write_text(json.dumps(result, indent=1))
-    return result
-
-
 # --------------------------------------------------------------------------------------------
 # Any suite with one component rescaled (the scale experiment on a real task)
 
@@ -367,23 +333,3 @@ def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
         "saturation_last": {n: mean([line["components"][n]["saturation"] for line in lines[-window:]]) for n in names},
         "variance_share": {n: median([(line.get("variance_share") or {}).get(n) for line in lines]) for n in names},
     }
-
-
-def compare_diagnostics(out: str | Path, estimators: list[str], seeds: list[int], window: int = 5) -> dict[str, Any]:
-    """:func:`run_diagnostics` of every run of ``mrgrpo compare --out OUT``, averaged over ``seeds``
-    per estimator (same keys; nested dicts averaged per component)."""
-    from mrgrpo.experiments.compare import run_dir_of
-
-    out = Path(out)
-    result: dict[str, Any] = {}
-    for estimator in estimators:
-        runs = [run_diagnostics(run_dir_of(out, estimator, seed), window) for seed in seeds]
-
-        def avg(values: list[Any]) -> Any:
-            if isinstance(values[0], dict):
-                return {k: avg([v[k] for v in values]) for k in values[0]}
-            kept = [v for v in values if v is not None]
-            return sum(kept) / len(kept) if kept else None
-
-        result[estimator] = {key: avg([r[key] for r in runs]) for key in runs[0]}
-    return result

@@ -112,7 +112,9 @@ def build_eval_task(
     return EvalTask(dataset, suite, found.eval_metric, found.eval_max_new_tokens, found, spec)
 
 
-def _render(prompt: Any, tokenizer: Any, chat: bool) -> str:
+def render_prompt(prompt: Any, tokenizer: Any, chat: bool) -> str:
+    """A row's prompt as the text the model continues: plain text as is, a conversation through the
+    chat template (with the generation prompt) or, for a model without one, as plain turns."""
     if isinstance(prompt, str):
         return prompt
     if chat:
@@ -233,7 +235,7 @@ def _run_eval(model, task, samples, limit, max_new_tokens, config_path, out, att
         limit_tokens = min([context - new_tokens] + ([options["max_prompt_length"]] if options.get("max_prompt_length") else []))
         eval_task.dataset, fit = found.fit(eval_task.dataset, loaded.tokenizer, loaded.chat, limit_tokens, options)
         dropped = fit.dropped
-    prompts = [_render(p, loaded.tokenizer, loaded.chat) for p in eval_task.dataset["prompt"]]
+    prompts = [render_prompt(p, loaded.tokenizer, loaded.chat) for p in eval_task.dataset["prompt"]]
     completions = generate(loaded.model, loaded.tokenizer, prompts, samples, new_tokens)
     scored = score(eval_task, completions)
     result = {

@@ -29,62 +29,11 @@ restores verl's value).
 
 from __future__ import annotations
 
-from typing import Any
-
-import mrgrpo
-from mrgrpo.extras import require, require_package
-from mrgrpo.integrations.verl.adapter import PREFIX, mrgrpo_name, token_advantages, verl_name
+from mrgrpo.integrations.verl.adapter import token_advantages
 from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
+from mrgrpo.integrations.verl.names import PREFIX, mrgrpo_name, verl_name
 from mrgrpo.integrations.verl.patch import install, uninstall
-from mrgrpo.integrations.verl.sessions import current as current_trajectories
-
-_MARK = "_mrgrpo_estimator"
-
-
-def _make_verl_estimator(estimator: str):
-    def fn(
-        token_level_rewards,
-        response_mask,
-        index=None,
-        config=None,
-        non_tensor_batch=None,
-        norm_adv_by_std_in_grpo=None,
-        **kwargs: Any,
-    ):
-        return token_advantages(
-            estimator,
-            token_level_rewards,
-            response_mask,
-            index,
-            config,
-            non_tensor_batch,
-            norm_adv_by_std_in_grpo,
-            trajectories=current_trajectories(),  # set by the v1 trainer (.v1), None on legacy
-        )
-
-    fn.__name__ = fn.__qualname__ = f"compute_{verl_name(estimator)}_advantage"
-    fn.__doc__ = f"mrgrpo estimator {estimator!r} in verl's signature; see mrgrpo.integrations.verl."
-    setattr(fn, _MARK, estimator)
-    return fn
-
-
-def register_all() -> list[str]:
-    """Register every mrgrpo estimator not yet in verl's registry; returns all ``mrgrpo_*`` names.
-
-    A name already taken by something else than an mrgrpo estimator raises (verl's own rule).
-    """
-    require_package("verl", "the verl integration")
-    require("verl", "the verl integration")
-    from verl.trainer.ppo import core_algos
-
-    registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    for estimator in mrgrpo.available_estimators():
-        name = verl_name(estimator)
-        existing = registry.get(name)
-        if existing is not None and getattr(existing, _MARK, None) == estimator:
-            continue  # ours (also after a module reload)
-        core_algos.register_adv_est(name)(_make_verl_estimator(estimator))
-    return sorted(n for n, f in registry.items() if hasattr(f, _MARK))
+from mrgrpo.integrations.verl.registration import import_user_modules, register_all
 
 
 def install_v1() -> bool:
@@ -105,6 +54,7 @@ install_v1()
 __all__ = [
     "PREFIX",
     "MrgrpoVerlConfig",
+    "import_user_modules",
     "install",
     "install_v1",
     "mrgrpo_name",

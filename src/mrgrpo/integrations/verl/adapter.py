@@ -17,7 +17,6 @@ estimator's state is carried across training batches in :data:`.state.STATE`.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -28,22 +27,8 @@ import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories
+from mrgrpo.integrations.verl.names import PREFIX, mrgrpo_name, verl_name  # noqa: F401  (re-exported)
 from mrgrpo.integrations.verl.state import STATE
-
-PREFIX = "mrgrpo_"
-
-
-def verl_name(estimator: str) -> str:
-    """The name an mrgrpo estimator has in verl's registry."""
-    return PREFIX + estimator
-
-
-def mrgrpo_name(adv_estimator: Any) -> str | None:
-    """The mrgrpo estimator behind a verl ``adv_estimator`` value, or ``None`` if not ours."""
-    name = adv_estimator.value if isinstance(adv_estimator, Enum) else adv_estimator
-    if isinstance(name, str) and name.startswith(PREFIX):
-        return name[len(PREFIX):]
-    return None
 
 
 def reward_matrix(
@@ -144,25 +129,6 @@ def estimator_options(
         return mrgrpo.validate_options(spec, options, num_components, list(component_names) if component_names else None)
     except ValueError as error:
         raise ConfigError(f"algorithm.mrgrpo.options: {error}") from None
-
-
-def import_user_modules(settings: MrgrpoVerlConfig) -> list[str]:
-    """Import the modules named in ``algorithm.mrgrpo.import`` (where users register their own
-    estimators) and register every estimator with verl; returns verl's ``mrgrpo_*`` names.
-    Called before an estimator is looked up, in whichever process does the lookup."""
-    import importlib
-
-    for module in settings.imports:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise ConfigError(
-                f"algorithm.mrgrpo.import: cannot import {module!r} ({error}); the module must be importable "
-                "in every Ray worker (installed, or on PYTHONPATH via ray_kwargs.ray_init.runtime_env)"
-            ) from None
-    from mrgrpo.integrations.verl import register_all
-
-    return register_all()
 
 
 def suite_of(settings: MrgrpoVerlConfig):

@@ -48,7 +48,9 @@ def prepare(config: Any) -> Any:
 
     import mrgrpo
     import mrgrpo.integrations.verl as integration
-    from mrgrpo.integrations.verl.adapter import estimator_options, import_user_modules, mrgrpo_name, resolved_components
+    from mrgrpo.integrations.verl.adapter import estimator_options, resolved_components
+    from mrgrpo.integrations.verl.names import mrgrpo_name
+    from mrgrpo.integrations.verl.registration import import_user_modules
     from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
 
     estimator = mrgrpo_name(OmegaConf.select(config, "algorithm.adv_estimator"))

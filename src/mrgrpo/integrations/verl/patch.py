@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mrgrpo.integrations.verl import state as estimator_state
-from mrgrpo.integrations.verl.adapter import import_user_modules, mrgrpo_name
+from mrgrpo.integrations.verl.names import mrgrpo_name
+from mrgrpo.integrations.verl.registration import import_user_modules
 from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
 
 ORIGINAL_ATTR = "_mrgrpo_original"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mrgrpo.errors import ConfigError
+from mrgrpo.integrations.verl.names import mrgrpo_name
 
 #: File in each ``global_step_<n>`` checkpoint folder: ``{"estimator": name, "state": {...}}``.
 STATE_FILE = "mrgrpo_estimator_state.json"
@@ -110,8 +111,6 @@ def save_after(trainer: Any) -> None:
 def load_after(trainer: Any) -> None:
     """Called after verl's ``_load_checkpoint``: the state of the checkpoint verl resumed from
     (a fresh start, ``global_steps == 0``, starts from no state)."""
-    from mrgrpo.integrations.verl.adapter import mrgrpo_name
-
     estimator = mrgrpo_name(trainer.config.algorithm.adv_estimator)
     STATE.reset()
     steps = int(getattr(trainer, "global_steps", 0) or 0)
