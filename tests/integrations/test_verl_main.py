@@ -41,7 +41,7 @@ def test_attribute_help_reads_wrapped_entries():
 
 @pytest.mark.slow  # a fresh interpreter importing verl: ~20 s
 def test_a_misspelled_key_is_one_line_and_exit_2_not_hydras_traceback(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "MRGRPO_DEBUG")}
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "MRGRPO_DEBUG", "VERL_USE_EXTERNAL_MODULES")}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(mrgrpo.__file__).parents[1]), env.get("PYTHONPATH", "")])  # this mrgrpo
     result = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "mrgrpo.integrations.verl", "algorithm.adv_estimator=mrgrpo_gdpo",
@@ -51,5 +51,5 @@ def test_a_misspelled_key_is_one_line_and_exit_2_not_hydras_traceback(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
     assert errors == ["error: algorithm.mrgrpo has unknown key(s) ['wieghts']; known keys: ['components', 'eps', "
-                      "'normalization', 'options', 'singleton_groups', 'suite', 'suite_options', 'weights']"]
+                      "'import', 'normalization', 'options', 'singleton_groups', 'suite', 'suite_options', 'weights']"]
     assert "Error executing job" not in result.stderr and "Traceback" not in result.stderr
