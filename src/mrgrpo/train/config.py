@@ -314,15 +314,19 @@ def load_config(
 
 
 def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
-    """The raw mapping of a YAML config file (default: a copy of the embedded demo config) and a
-    name for it in messages. Raises :class:`ConfigError` for a missing file, bad YAML or a
+    """The raw mapping of a YAML config file (default: a copy of the embedded demo config; a name
+    that is no file: the shipped config of that name, :mod:`mrgrpo.train.shipped`) and a name for
+    it in messages. Raises :class:`ConfigError` for a missing file, bad YAML or a
     non-mapping."""
     from mrgrpo.train.defaults import DEFAULT_CONFIG
 
+    from mrgrpo.train.shipped import resolve
+
     if path is None:
         return copy.deepcopy(DEFAULT_CONFIG), "embedded default"
+    file, source = resolve(path)  # a file, else a shipped config of that name (mrgrpo configs list)
     try:
-        data = load_yaml(Path(path).read_text())
+        data = load_yaml(file.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except IsADirectoryError:
@@ -334,7 +338,7 @@ def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
-    return data, str(path)
+    return data, source
 
 
 def _non_finite(data: Any, prefix: str = "") -> list[str]:
