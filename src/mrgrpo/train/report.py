@@ -160,6 +160,52 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def model_card(run_dir: Path, config: Any, steps: int | None = None, checkpoint: Path | None = None) -> str:
+    """The run directory's ``README.md``: the base model (preset name or path, and what it is), the
+    estimator with its options, the task and reward suite, and how to load a checkpoint."""
+    from mrgrpo.train.presets import model_origin
+
+    hub_id, origin = model_origin(config.model)
+    weights = getattr(config.rewards, "weights", None)
+    tags = ["mrgrpo", "grpo", "trl", config.estimator]
+    front = ["---", "library_name: transformers", *([f"base_model: {hub_id}"] if hub_id else []),
+             "tags:", *[f"- {t}" for t in tags], "---", ""]
+    options = f" with options `{config.estimator_options}`" if config.estimator_options else ""
+    where = f"{run_dir.name}/{checkpoint.name}" if checkpoint is not None else f"{run_dir.name}/checkpoint-N"
+    body = [
+        f"# {run_dir.name}",
+        "",
+        f"A multi-reward GRPO run of mrgrpo: base model `{config.model}` ({origin}), advantages from the "
+        f"`{config.estimator}` estimator{options}.",
+        "",
+        f"- task: `{config.task.name}`" + (f" {dict(config.task.options)}" if config.task.options else ""),
+        f"- reward suite: `{config.rewards.suite}`" + (f", weights {dict(weights)}" if weights else " (its default weights)"),
+        *([f"- steps trained: {steps}"] if steps is not None else []),
+        "- resolved settings: `config.yaml` (mrgrpo) and `grpo_config.json` (TRL); curves: `report.md`",
+        "",
+        "Load a checkpoint:",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM",
+        "from mrgrpo.train.presets import load_tokenizer  # also reads the tiny preset's tokenizer right",
+        "",
+        f'model = AutoModelForCausalLM.from_pretrained("{where}")',
+        f'tokenizer = load_tokenizer("{where}")',
+        "```",
+        "",
+        f"Evaluate it: `mrgrpo eval --model {where} --task {config.task.name}`.",
+        "",
+    ]
+    return "\n".join(front + body)
+
+
+def write_model_card(run_dir: Path, config: Any, steps: int | None = None, checkpoint: Path | None = None) -> Path:
+    """Write :func:`model_card` to ``run_dir/README.md`` (over TRL's, which cannot name a local base model)."""
+    path = Path(run_dir) / "README.md"
+    path.write_text(model_card(Path(run_dir), config, steps, checkpoint))
+    return path
+
+
 def write_report(
     run_dir: Path,
     config: Any,
@@ -188,6 +234,9 @@ def write_report(
         ),
     }
     window = edge_window(len(metrics))
+    from mrgrpo.train.profiling import PROFILE_FILE, profile_lines, summarize
+
+    profile = summarize(read_jsonl(run_dir / PROFILE_FILE))
     lines = [
         f"# mrgrpo run: {config.estimator} on {config.task.name}",
         "",
@@ -206,16 +255,19 @@ def write_report(
         start, end = _mean(values[:window]), _mean(values[-window:])
         change = None if start is None or end is None else end - start
         lines.append(f"| {label} | {_fmt(start)} | {_fmt(end)} | {_fmt(change)} |")
-    lines += ["", "## Plots", ""]
+    lines += ["", *profile_lines(profile)]
+    lines += ["## Plots", ""]
     for file, drawn in plots.items():
         if drawn:
             lines.append(f"![{file[:-4]}]({file})")
     lines += [
         "",
         "Files: `config.yaml` (resolved config), `metrics.jsonl` (one line per step), "
-        "`diagnostics.jsonl` (mrgrpo.diagnose per step), `tensorboard/`, `checkpoint-N/`.",
+        "`diagnostics.jsonl` (mrgrpo.diagnose per step), `profile.jsonl` (each step's time split and peak "
+        "memory), `tensorboard/`, `checkpoint-N/`.",
         "",
     ]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines))
+    write_model_card(run_dir, config, steps, checkpoint)
     return path
