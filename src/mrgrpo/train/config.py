@@ -45,6 +45,12 @@ RESERVED_TRAINER_KEYS = {
 }
 
 
+#: ``diagnostics_every`` by default: one ``mrgrpo.diagnose`` call costs about 1 ms, 1-2% of a
+#: tiny-preset step when run every step; every 10 steps keeps mrgrpo's share of a step under 1%
+#: (docs/benchmarks.md) and still gives a correlation matrix at the start and the end of a run.
+DEFAULT_DIAGNOSTICS_EVERY = 10
+
+
 class _Strict(BaseModel):
     # strict: no guessing between types (`max_steps: true` is not 1, `size: "8"` is not 8);
     # an int is still accepted where a float is expected. NaN and ±inf are refused.
@@ -98,10 +104,10 @@ class TrainConfig(_Strict):
         "EMA decay (the state is checkpointed and restored on --resume)",
     )
     diagnostics_every: int = Field(
-        1,
+        DEFAULT_DIAGNOSTICS_EVERY,
         ge=1,
-        description="run mrgrpo.diagnose (diagnostics.jsonl, mrgrpo/diag/* metrics) every N training steps; "
-        "the reward and advantage metrics are logged every step",
+        description="run mrgrpo.diagnose (diagnostics.jsonl, mrgrpo/diag/* metrics) every N training steps "
+        "(the first step included; 1 = every step); the reward and advantage metrics are logged every step",
     )
     max_steps: int = Field(40, gt=0)
     max_wall_seconds: float | None = Field(
