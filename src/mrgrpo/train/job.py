@@ -309,7 +309,8 @@ def _run_train(
         console.print(f"resuming {run_dir} from {checkpoint.name} (step {resumed_step})")
 
     console.print(f"loading model {config.model!r} ...")
-    loaded = load_model(config.model, seed=config.seed, **config.model_kwargs)
+    # the tokenizer the task was prepared with: read once per run
+    loaded = load_model(config.model, seed=config.seed, tokenizer=prepared.tokenizer, **config.model_kwargs)
     if loaded.chat != prepared.chat:  # the preset decided otherwise: rebuild the rows
         prepared.dataset = prepared.task.rows(prepared.spec, "train", chat=loaded.chat)
     suite = prepared.suite
