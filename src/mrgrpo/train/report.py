@@ -156,6 +156,30 @@ def _plot_correlation(path: Path, start: Any, end: Any, names: list[str]) -> boo
     return True
 
 
+def _plot_step_time(path: Path, records: list[dict[str, Any]]) -> bool:
+    """Stacked bars: each step's seconds per phase (``profile.jsonl``)."""
+    import matplotlib.pyplot as plt
+
+    from mrgrpo.train.profiling import PHASES
+
+    if not records:
+        return False
+    steps = [int(r["step"]) for r in records]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bottom = [0.0] * len(records)
+    for phase in PHASES:
+        values = [float(r.get(phase) or 0.0) for r in records]
+        if any(values):
+            ax.bar(steps, values, bottom=bottom, label=phase)
+            bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set(xlabel="step", ylabel="seconds", title="where each step's time goes")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -236,7 +260,9 @@ def write_report(
     window = edge_window(len(metrics))
     from mrgrpo.train.profiling import PROFILE_FILE, profile_lines, summarize
 
-    profile = summarize(read_jsonl(run_dir / PROFILE_FILE))
+    profile_records = read_jsonl(run_dir / PROFILE_FILE)
+    profile = summarize(profile_records)
+    plots["step_time.png"] = _plot_step_time(run_dir / "step_time.png", profile_records)
     lines = [
         f"# mrgrpo run: {config.estimator} on {config.task.name}",
         "",
