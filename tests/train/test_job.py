@@ -101,7 +101,7 @@ class CrashAt(TrainerCallback):
 
 
 def test_resume_after_crash_continues_the_same_run(tmp_path):
-    config = validate_config(tiny_config(max_steps=4, save_steps=2))
+    config = validate_config(tiny_config(max_steps=4, save_steps=2, diagnostics_every=1))  # a diagnostics line per step
     run = tmp_path / "run"
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_train(config, out=run, extra_callbacks=[CrashAt(3)], quiet=True)
