@@ -4,8 +4,10 @@ Runs a few steps of the ``train`` job on each preset and reads the run's ``metri
 ``mrgrpo/seconds`` (time measured inside ``MultiRewardGRPOTrainer`` around
 ``compute_advantages``, ``diagnose`` and its metric logging) over the step's wall time (the
 difference of consecutive ``time_s``). The first step is excluded: it carries warm-up costs.
-Each preset is measured with ``diagnostics_every`` = 1 (``mrgrpo.diagnose`` every step) and
-with ``--every`` (default 10), in the same process. Usage::
+Each preset is measured at the default settings (``diagnostics_every`` =
+:data:`mrgrpo.train.config.DEFAULT_DIAGNOSTICS_EVERY`, 10) and with ``mrgrpo.diagnose`` every step
+(``--every``, default 1), in the same process. The load average is printed beside each result:
+on a shared machine the step time, and so the share, moves with it. Usage::
 
     python benchmarks/train_overhead.py                    # tiny and smollm2
     python benchmarks/train_overhead.py --presets tiny --steps 50 --estimator gdpo --every 5
@@ -15,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
-import time
 
-from mrgrpo.train.config import apply_overrides, load_config, validate_config
+from mrgrpo.train.config import DEFAULT_DIAGNOSTICS_EVERY, apply_overrides, load_config, validate_config
 from mrgrpo.train.defaults import TINY_CONFIG
 from mrgrpo.train.job import run_train
 
@@ -49,6 +51,7 @@ def measure(preset: str, steps: int, estimator: str, every: int = 1) -> dict:
         "mean_step_s": step_s / len(measured),
         "mean_mrgrpo_ms": 1000 * ours_s / len(measured),
         "share_percent": 100 * ours_s / step_s,
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
 
@@ -57,20 +60,21 @@ def main() -> None:
     parser.add_argument("--presets", default="tiny,smollm2")
     parser.add_argument("--steps", type=int, default=None, help="measured steps (default 50 tiny, 5 otherwise)")
     parser.add_argument("--estimator", default="corr_grpo")
-    parser.add_argument("--every", type=int, default=10, help="the diagnostics_every measured besides 1")
+    parser.add_argument("--every", type=int, default=1, help="the diagnostics_every measured besides the default")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = []
     for preset in args.presets.split(","):
         steps = args.steps or (50 if preset == "tiny" else 5)
-        for every in sorted({1, args.every}):
+        for every in sorted({DEFAULT_DIAGNOSTICS_EVERY, args.every}, reverse=True):
             results.append(measure(preset, steps, args.estimator, every))
             r = results[-1]
             if not args.json:
                 print(
-                    f"{r['preset']:>8} {r['estimator']} diagnostics_every={every}: step {r['mean_step_s']:.3f} s, "
+                    f"{r['preset']:>8} {r['estimator']} diagnostics_every={every}"
+                    f"{' (default)' if every == DEFAULT_DIAGNOSTICS_EVERY else ''}: step {r['mean_step_s']:.3f} s, "
                     f"mrgrpo {r['mean_mrgrpo_ms']:.2f} ms -> {r['share_percent']:.3f}% of step time over "
-                    f"{r['steps']} steps (goal < 1%)",
+                    f"{r['steps']} steps (goal < 1% at the default); load average {r['load_average_1m']}",
                     flush=True,
                 )
     if args.json:

@@ -145,3 +145,36 @@ def test_installing_beside_the_users_own_torch_and_transformers_changes_neither(
         added = sorted(set(plan) - set(baseline))
         assert "mrgrpo" in added and not {"torch", "transformers"} & set(plan)
         print(f"\n{name}: replaces nothing of {len(before)} installed; adds {', '.join(added)}")
+
+
+def test_the_wheel_ships_every_example_config_and_runs_one_by_name_from_an_empty_directory(dist, tmp_path):
+    """A pip user without a checkout: ``mrgrpo configs list`` shows every config of the repository's
+    ``configs/`` and ``mrgrpo train --config NAME --check`` resolves one from the installed wheel.
+    Offline: the fresh venv gets mrgrpo from the wheel (``--no-deps``) and borrows the running
+    environment's installed dependencies as a plain path entry (so its editable mrgrpo is not seen)."""
+    wheel, _ = dist
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {n.removeprefix("mrgrpo/configs/") for n in zf.namelist() if n.startswith("mrgrpo/configs/")}
+    in_repo = {p.relative_to(ROOT / "configs").as_posix() for p in (ROOT / "configs").rglob("*.yaml")}
+    assert in_repo and shipped == in_repo, shipped ^ in_repo
+    python = new_venv(tmp_path / "pip-user")
+    run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
+    site = next((tmp_path / "pip-user" / "lib").glob("python*/site-packages"))
+    import sysconfig
+
+    (site / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    where = run(python, "-c", "import mrgrpo; print(mrgrpo.__file__)", cwd=empty, env=env).stdout.strip()
+    assert where.startswith(str(site)), where  # the wheel's mrgrpo, not a checkout's
+    cli = tmp_path / "pip-user" / "bin" / "mrgrpo"
+    listed = run(cli, "configs", "list", cwd=empty, env=env).stdout
+    assert {line.split()[0] for line in listed.splitlines()} == {n.removesuffix(".yaml") for n in in_repo}
+    checked = run(cli, "train", "--config", "smollm2_tool_call", "--check", cwd=empty, env=env).stdout
+    assert "task:" in checked and "bfcl" in checked
+    readme_style = run(cli, "train", "--config", "configs/gpu_math.yaml", "--check", cwd=empty, env=env).stdout
+    assert "gsm_symbolic" in readme_style
+    copied = run(cli, "configs", "copy", "tiny", cwd=empty, env=env).stdout.strip()
+    assert (empty / "tiny.yaml").read_text() == (ROOT / "configs" / "tiny.yaml").read_text(), copied
+    assert not list(empty.glob("runs")), "--check must not create a run directory"

@@ -401,7 +401,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 def _register_subcommands() -> None:
     # Heavier jobs (training, evaluation) live with their layers and add their own commands.
-    for module in ("mrgrpo.train.commands", "mrgrpo.experiments.commands", "mrgrpo.tasks.commands"):
+    for module in ("mrgrpo.train.commands", "mrgrpo.train.shipped", "mrgrpo.experiments.commands", "mrgrpo.tasks.commands"):
         try:
             importlib.import_module(module).register(app)
         except ModuleNotFoundError as error:

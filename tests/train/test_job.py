@@ -40,7 +40,8 @@ def _steps(path: Path) -> list[int]:
 
 @pytest.mark.parametrize("estimator", available_estimators())
 def test_tiny_run_writes_all_files(estimator, tmp_path):
-    config = validate_config(estimator_config(estimator, max_steps=2, save_steps=2))  # its example options
+    # its example options; diagnostics every step (the default, every 10, would give step 2 none; see the test below)
+    config = validate_config(estimator_config(estimator, max_steps=2, save_steps=2, diagnostics_every=1))
     result = run_train(config, out=tmp_path / "run", quiet=True)
     run = result.run_dir
     assert result.steps == 2 and result.stop_reason == "max_steps reached"
@@ -101,7 +102,7 @@ class CrashAt(TrainerCallback):
 
 
 def test_resume_after_crash_continues_the_same_run(tmp_path):
-    config = validate_config(tiny_config(max_steps=4, save_steps=2))
+    config = validate_config(tiny_config(max_steps=4, save_steps=2, diagnostics_every=1))  # a diagnostics line per step
     run = tmp_path / "run"
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_train(config, out=run, extra_callbacks=[CrashAt(3)], quiet=True)
@@ -240,3 +241,21 @@ def test_wall_clock_stop(tmp_path):
     result = run_train(config, out=tmp_path / "run", quiet=True)
     assert result.steps < 1000 and "wall-clock" in result.stop_reason
     assert (result.run_dir / f"checkpoint-{result.steps}").is_dir()
+
+
+def test_by_default_diagnostics_run_on_the_first_step_and_every_tenth_and_each_step_is_profiled(tmp_path):
+    from mrgrpo.train.config import DEFAULT_DIAGNOSTICS_EVERY
+    from mrgrpo.train.profiling import PHASES
+
+    assert DEFAULT_DIAGNOSTICS_EVERY == 10
+    result = run_train(validate_config(tiny_config(max_steps=2, save_steps=2)), out=tmp_path / "run", quiet=True)
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert ["mrgrpo/diag/zero_variance_fraction" in r for r in records] == [True, False]
+    assert all("mrgrpo/rewards/format" in r and "profile/generation_s" in r for r in records)
+    profile = [json.loads(line) for line in (result.run_dir / "profile.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in profile] == [1, 2] and all(set(PHASES) <= set(p) for p in profile)
+    assert profile[1]["checkpoint"] > 0 and all(p["peak_rss_mb"] > 100 for p in profile)
+    report = (result.run_dir / "report.md").read_text()
+    assert "## Step time and memory" in report and "| loss_backward |" in report and "step_time.png" in report
+    card = (result.run_dir / "README.md").read_text()
+    assert "[None]" not in card and "base model `tiny`" in card and "`corr_grpo` estimator" in card

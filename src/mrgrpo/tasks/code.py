@@ -155,5 +155,30 @@ class CodeDatasetTask(_CodeTask):
         return Dataset.from_list(rows) if rows else Dataset.from_dict({"prompt": []})
 
 
+class BasicFunctionsTask(_CodeTask):
+    name = "basic_functions"
+    description = "procedural one-line Python functions with assert tests (within a 135M model's reach)"
+    options = {"test_start": Option(100000, "index of the first test problem (train problems come before it)")}
+    split = "train: problems from index 0 on (the few_shot examples first); test: from test_start on"
+    eval_max_new_tokens = 128
+
+    def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
+        from datasets import Dataset
+
+        from mrgrpo.data.basic_functions import INSTRUCTION, basic_function_items
+        from mrgrpo.data.code_jsonl import code_records
+
+        def records(count: int, start: int) -> list[dict[str, Any]]:
+            items = basic_function_items(count, spec.seed, start)
+            return code_records(items, test_format="assert", instruction=INSTRUCTION)
+
+        size = spec.size_of(split) or 0
+        train = records(size + spec.few_shot, 0) if split == "train" else records(spec.few_shot, 0)
+        shots = train[: spec.few_shot]
+        chosen = train[spec.few_shot:] if split == "train" else records(size, int(options["test_start"]))
+        return Dataset.from_list(_with_examples(chosen, shots, spec.system_prompt))
+
+
 register_task(HumanEvalTask())
+register_task(BasicFunctionsTask())
 register_task(CodeDatasetTask())

@@ -43,6 +43,9 @@ class Prepared:
     #: The registered name the suite was built from (what a config must name to rebuild it; a
     #: suite's own ``name`` may describe it differently, e.g. which base suite it rescales).
     suite_name: str = ""
+    #: The policy's tokenizer the rows were measured with (the train job hands it to the model
+    #: loader, so a run reads its tokenizer once).
+    tokenizer: Any = None
 
 
 def suite_settings(task: Task, options: Mapping[str, Any], rewards: Any) -> tuple[str, dict[str, Any]]:
@@ -95,7 +98,7 @@ def prepare(task_config: Any, rewards: Any, tokenizer: Any, chat: bool, split: s
     suite = build_suite(task, options, rewards, tokenizer)
     dataset = task.rows(spec, split, chat)
     means = check_scorable(task, suite, dataset)
-    return Prepared(task, spec, options, suite, dataset, means, chat, suite_name=name)
+    return Prepared(task, spec, options, suite, dataset, means, chat, suite_name=name, tokenizer=tokenizer)
 
 
 def prompt_limit(prepared: Prepared, context: int | None, reserved: int) -> int | None:

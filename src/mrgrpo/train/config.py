@@ -47,6 +47,12 @@ RESERVED_TRAINER_KEYS = {
 }
 
 
+#: ``diagnostics_every`` by default: one ``mrgrpo.diagnose`` call costs about 1 ms, 1-2% of a
+#: tiny-preset step when run every step; every 10 steps keeps mrgrpo's share of a step under 1%
+#: (docs/benchmarks.md) and still gives a correlation matrix at the start and the end of a run.
+DEFAULT_DIAGNOSTICS_EVERY = 10
+
+
 class _Strict(BaseModel):
     # strict: no guessing between types (`max_steps: true` is not 1, `size: "8"` is not 8);
     # an int is still accepted where a float is expected. NaN and ±inf are refused.
@@ -100,10 +106,10 @@ class TrainConfig(_Strict):
         "EMA decay (the state is checkpointed and restored on --resume)",
     )
     diagnostics_every: int = Field(
-        1,
+        DEFAULT_DIAGNOSTICS_EVERY,
         ge=1,
-        description="run mrgrpo.diagnose (diagnostics.jsonl, mrgrpo/diag/* metrics) every N training steps; "
-        "the reward and advantage metrics are logged every step",
+        description="run mrgrpo.diagnose (diagnostics.jsonl, mrgrpo/diag/* metrics) every N training steps "
+        "(the first step included; 1 = every step); the reward and advantage metrics are logged every step",
     )
     max_steps: int = Field(40, gt=0)
     max_wall_seconds: float | None = Field(
@@ -305,15 +311,19 @@ def load_config(
 
 
 def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
-    """The raw mapping of a YAML config file (default: a copy of the embedded demo config) and a
-    name for it in messages. Raises :class:`ConfigError` for a missing file, bad YAML or a
+    """The raw mapping of a YAML config file (default: a copy of the embedded demo config; a name
+    that is no file: the shipped config of that name, :mod:`mrgrpo.train.shipped`) and a name for
+    it in messages. Raises :class:`ConfigError` for a missing file, bad YAML or a
     non-mapping."""
     from mrgrpo.train.defaults import DEFAULT_CONFIG
 
+    from mrgrpo.train.shipped import resolve
+
     if path is None:
         return copy.deepcopy(DEFAULT_CONFIG), "embedded default"
+    file, source = resolve(path)  # a file, else a shipped config of that name (mrgrpo configs list)
     try:
-        data = load_yaml(Path(path).read_text())
+        data = load_yaml(file.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except IsADirectoryError:
@@ -325,7 +335,7 @@ def read_config_mapping(path: str | Path | None) -> tuple[dict[str, Any], str]:
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
-    return data, str(path)
+    return data, source
 
 
 def _non_finite(data: Any, prefix: str = "") -> list[str]:

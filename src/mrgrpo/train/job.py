@@ -255,8 +255,9 @@ def _run_train(
     from transformers import PrinterCallback
     from transformers import ProgressCallback as HFProgressCallback
 
-    from mrgrpo.train.callbacks import ProgressCallback, RunLogCallback, StopCallback, truncate_jsonl
+    from mrgrpo.train.callbacks import ModelCardCallback, ProgressCallback, RunLogCallback, StopCallback, truncate_jsonl
     from mrgrpo.train.presets import load_model
+    from mrgrpo.train.profiling import PROFILE_FILE, StepProfiler
     from mrgrpo.train.report import write_report
     from mrgrpo.tasks.prepare import fit_prompts, model_context
     from mrgrpo.train.trainer import MultiRewardGRPOTrainer, check_estimator_choice
@@ -307,10 +308,12 @@ def _run_train(
         resumed_step = int(state["global_step"])
         truncate_jsonl(run_dir / "metrics.jsonl", resumed_step)
         truncate_jsonl(run_dir / "diagnostics.jsonl", resumed_step)
+        truncate_jsonl(run_dir / PROFILE_FILE, resumed_step)
         console.print(f"resuming {run_dir} from {checkpoint.name} (step {resumed_step})")
 
     console.print(f"loading model {config.model!r} ...")
-    loaded = load_model(config.model, seed=config.seed, **config.model_kwargs)
+    # the tokenizer the task was prepared with: read once per run
+    loaded = load_model(config.model, seed=config.seed, tokenizer=prepared.tokenizer, **config.model_kwargs)
     if loaded.chat != prepared.chat:  # the preset decided otherwise: rebuild the rows
         prepared.dataset = prepared.task.rows(prepared.spec, "train", chat=loaded.chat)
     suite = prepared.suite
@@ -324,6 +327,7 @@ def _run_train(
     log_cb = RunLogCallback(run_dir, purge_step=resumed_step + 1 if resumed_step else None)
     progress = ProgressCallback(suite.names, stop, console=console)
     rollout_log = RolloutLogger(run_dir)  # every step's reward batch, for `mrgrpo analyze`
+    profiler = StepProfiler(run_dir)  # first: it adds each step's time split to the logs the others write
     trainer_class, task_kwargs = MultiRewardGRPOTrainer, {}
     if prepared.task.rollout == "multi_turn":  # the task's environment answers between turns
         from mrgrpo.train.agent_rollout import AgentGRPOTrainer, AgentRollout
@@ -342,8 +346,10 @@ def _run_train(
         estimator_options=config.estimator_options,
         correlation_ema=config.correlation_ema,
         diagnostics_every=config.diagnostics_every,
-        callbacks=[stop, log_cb, progress, rollout_log, *(extra_callbacks or [])],
+        callbacks=[profiler, stop, log_cb, progress, rollout_log, ModelCardCallback(run_dir, config),
+                   *(extra_callbacks or [])],
     )
+    profiler.attach(trainer)
     log_cb.trainer = trainer
     rollout_log.trainer = trainer
     for callback in extra_callbacks or []:  # callbacks that read the trainer (e.g. RolloutLogger)

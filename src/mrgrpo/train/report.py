@@ -156,8 +156,78 @@ def _plot_correlation(path: Path, start: Any, end: Any, names: list[str]) -> boo
     return True
 
 
+def _plot_step_time(path: Path, records: list[dict[str, Any]]) -> bool:
+    """Stacked bars: each step's seconds per phase (``profile.jsonl``)."""
+    import matplotlib.pyplot as plt
+
+    from mrgrpo.train.profiling import PHASES
+
+    if not records:
+        return False
+    steps = [int(r["step"]) for r in records]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bottom = [0.0] * len(records)
+    for phase in PHASES:
+        values = [float(r.get(phase) or 0.0) for r in records]
+        if any(values):
+            ax.bar(steps, values, bottom=bottom, label=phase)
+            bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set(xlabel="step", ylabel="seconds", title="where each step's time goes")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
+
+
+def model_card(run_dir: Path, config: Any, steps: int | None = None, checkpoint: Path | None = None) -> str:
+    """The run directory's ``README.md``: the base model (preset name or path, and what it is), the
+    estimator with its options, the task and reward suite, and how to load a checkpoint."""
+    from mrgrpo.train.presets import model_origin
+
+    hub_id, origin = model_origin(config.model)
+    weights = getattr(config.rewards, "weights", None)
+    tags = ["mrgrpo", "grpo", "trl", config.estimator]
+    front = ["---", "library_name: transformers", *([f"base_model: {hub_id}"] if hub_id else []),
+             "tags:", *[f"- {t}" for t in tags], "---", ""]
+    options = f" with options `{config.estimator_options}`" if config.estimator_options else ""
+    where = f"{run_dir.name}/{checkpoint.name}" if checkpoint is not None else f"{run_dir.name}/checkpoint-N"
+    body = [
+        f"# {run_dir.name}",
+        "",
+        f"A multi-reward GRPO run of mrgrpo: base model `{config.model}` ({origin}), advantages from the "
+        f"`{config.estimator}` estimator{options}.",
+        "",
+        f"- task: `{config.task.name}`" + (f" {dict(config.task.options)}" if config.task.options else ""),
+        f"- reward suite: `{config.rewards.suite}`" + (f", weights {dict(weights)}" if weights else " (its default weights)"),
+        *([f"- steps trained: {steps}"] if steps is not None else []),
+        "- resolved settings: `config.yaml` (mrgrpo) and `grpo_config.json` (TRL); curves: `report.md`",
+        "",
+        "Load a checkpoint:",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM",
+        "from mrgrpo.train.presets import load_tokenizer  # also reads the tiny preset's tokenizer right",
+        "",
+        f'model = AutoModelForCausalLM.from_pretrained("{where}")',
+        f'tokenizer = load_tokenizer("{where}")',
+        "```",
+        "",
+        f"Evaluate it: `mrgrpo eval --model {where} --task {config.task.name}`.",
+        "",
+    ]
+    return "\n".join(front + body)
+
+
+def write_model_card(run_dir: Path, config: Any, steps: int | None = None, checkpoint: Path | None = None) -> Path:
+    """Write :func:`model_card` to ``run_dir/README.md`` (over TRL's, which cannot name a local base model)."""
+    path = Path(run_dir) / "README.md"
+    path.write_text(model_card(Path(run_dir), config, steps, checkpoint))
+    return path
 
 
 def write_report(
@@ -188,6 +258,11 @@ def write_report(
         ),
     }
     window = edge_window(len(metrics))
+    from mrgrpo.train.profiling import PROFILE_FILE, profile_lines, summarize
+
+    profile_records = read_jsonl(run_dir / PROFILE_FILE)
+    profile = summarize(profile_records)
+    plots["step_time.png"] = _plot_step_time(run_dir / "step_time.png", profile_records)
     lines = [
         f"# mrgrpo run: {config.estimator} on {config.task.name}",
         "",
@@ -206,16 +281,19 @@ def write_report(
         start, end = _mean(values[:window]), _mean(values[-window:])
         change = None if start is None or end is None else end - start
         lines.append(f"| {label} | {_fmt(start)} | {_fmt(end)} | {_fmt(change)} |")
-    lines += ["", "## Plots", ""]
+    lines += ["", *profile_lines(profile)]
+    lines += ["## Plots", ""]
     for file, drawn in plots.items():
         if drawn:
             lines.append(f"![{file[:-4]}]({file})")
     lines += [
         "",
         "Files: `config.yaml` (resolved config), `metrics.jsonl` (one line per step), "
-        "`diagnostics.jsonl` (mrgrpo.diagnose per step), `tensorboard/`, `checkpoint-N/`.",
+        "`diagnostics.jsonl` (mrgrpo.diagnose per step), `profile.jsonl` (each step's time split and peak "
+        "memory), `tensorboard/`, `checkpoint-N/`.",
         "",
     ]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines))
+    write_model_card(run_dir, config, steps, checkpoint)
     return path
