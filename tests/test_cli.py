@@ -243,7 +243,7 @@ MISSING_EXTRAS = {  # advantages, diagnose, estimators and tasks need no extra
     "train without plots": (["matplotlib"], ["train", "--check"], "pip install 'mrgrpo[plots]'"),
     "train's default task without math": (
         ["reasoning_gym"], ["train", "--set", "model=tiny", "--out", "{tmp}/r"],
-        "task 'chain_sum' is no registered task (math, qa, humaneval, code, bfcl, agentdojo, asb); as a reasoning-gym "
+        "task 'chain_sum' is no registered task (math, qa, humaneval, code, bfcl, agentdojo, asb, basic_functions); as a reasoning-gym "
         "dataset name it needs the 'math' extra (reasoning-gym is not installed): pip install 'mrgrpo[math]'",
     ),
     "eval without trl": (["trl"], ["eval", "-m", "tiny"], "pip install 'mrgrpo[trl]'"),

@@ -46,11 +46,15 @@ class RewardComponent:
         range: declared ``(lo, hi)``; every value returned must lie inside it (a value outside
             is a bug in the component and raises ``ValueError`` naming it).
         fn: ``(prompts, completions, **columns) -> list[float | None]``.
+        sparse: the component leaves whole rows unscored by design, not by a missing input (code
+            ``efficiency``: unscored where the reference is too fast to time soundly), so the
+            pre-training check does not require it to score the first sample rows.
     """
 
     name: str
     range: tuple[float, float]
     fn: RewardFn
+    sparse: bool = False
 
     def __post_init__(self) -> None:
         lo, hi = self.range

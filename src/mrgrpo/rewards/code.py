@@ -471,7 +471,8 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
     }
     for fn in fns.values():
         fn.state = state  # type: ignore[attr-defined]  # see code_state()
-    return {name: RewardComponent(name, (0.0, 1.0), fn) for name, fn in fns.items()}
+    # efficiency abstains (None) where the reference takes under min_reference_s: sparse by design
+    return {name: RewardComponent(name, (0.0, 1.0), fn, sparse=name == "efficiency") for name, fn in fns.items()}
 
 
 def code_state(suite: RewardSuite) -> CodeRewardState:

@@ -12,6 +12,8 @@ registry. Each failure is one :class:`~mrgrpo.errors.ConfigError` line.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -59,12 +61,16 @@ def check_scorable(task: Task, suite: Any, dataset: Any) -> dict[str, float]:
     """Every component of ``suite`` scores at least one of the first :data:`SAMPLE_ROWS` rows
     (their reference completions, where the task knows one). Returns each component's mean on them.
 
-    A component that returns nothing but ``None`` would train with zero signal: a :class:`ConfigError`."""
+    A component that returns nothing but ``None`` would train with zero signal: a :class:`ConfigError`,
+    except a ``sparse`` one (it abstains on some rows by design, e.g. code ``efficiency`` on problems
+    too fast to time) on rows that carry a reference: its mean is then NaN (not scored)."""
     n = min(SAMPLE_ROWS, len(dataset))
     if n == 0:
         raise ConfigError(f"task {task.name!r}: no rows (check task.size and task.options)")
     rows = [dataset[i] for i in range(n)]
-    completions = [task.reference(row) or "" for row in rows]
+    references = [task.reference(row) for row in rows]
+    has_reference = any(references)
+    completions = [r or "" for r in references]
     columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
     prompts = [row["prompt"] for row in rows]
     means: dict[str, float] = {}
@@ -78,7 +84,10 @@ def check_scorable(task: Task, suite: Any, dataset: Any) -> dict[str, float]:
             ) from None
         kept = [v for v in values if v is not None]
         if not kept:
-            silent.append(component.name)
+            if getattr(component, "sparse", False) and has_reference:
+                means[component.name] = math.nan  # abstained on these rows by design (NaN = not scored)
+            else:
+                silent.append(component.name)
         else:
             means[component.name] = sum(kept) / len(kept)
     if silent:

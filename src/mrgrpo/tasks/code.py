@@ -161,6 +161,8 @@ class BasicFunctionsTask(_CodeTask):
     options = {"test_start": Option(100000, "index of the first test problem (train problems come before it)")}
     split = "train: problems from index 0 on (the few_shot examples first); test: from test_start on"
     eval_max_new_tokens = 128
+    #: problems per split when the config gives no size (the set itself is unbounded)
+    DEFAULT_PROBLEMS = 200
 
     def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
         from datasets import Dataset
@@ -172,11 +174,14 @@ class BasicFunctionsTask(_CodeTask):
             items = basic_function_items(count, spec.seed, start)
             return code_records(items, test_format="assert", instruction=INSTRUCTION)
 
-        size = spec.size_of(split) or 0
+        # a procedural set has no natural end: without task.size / task.eval_size, DEFAULT_PROBLEMS
+        size = spec.size_of(split)
+        size = self.DEFAULT_PROBLEMS if size is None else size
         train = records(size + spec.few_shot, 0) if split == "train" else records(spec.few_shot, 0)
         shots = train[: spec.few_shot]
         chosen = train[spec.few_shot:] if split == "train" else records(size, int(options["test_start"]))
-        return Dataset.from_list(_with_examples(chosen, shots, spec.system_prompt))
+        rows = _with_examples(chosen, shots, spec.system_prompt)
+        return Dataset.from_list(rows) if rows else Dataset.from_dict({"prompt": []})
 
 
 register_task(HumanEvalTask())
