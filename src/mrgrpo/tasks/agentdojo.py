@@ -19,7 +19,6 @@ success rate per suite and overall (:func:`evaluate_agentdojo`).
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from mrgrpo.errors import ConfigError
 from mrgrpo.tasks.base import Option, Task, TaskSpec, plain_text
 from mrgrpo.tasks.episodes import DEFAULT_MAX_TURNS, Episode, Policy, episode_for, run_episodes
 from mrgrpo.tasks.registry import register_task
+from mrgrpo.records import mean
 
 ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars")
 
@@ -179,9 +179,9 @@ def evaluate_agentdojo(
         benign = [u for (u, a) in members if a is None]
         attacked = [(u, a) for (u, a) in members if a is not None]
         table[group] = {
-            "benign_utility": _mean(benign),
-            "utility_under_attack": _mean([u for u, _ in attacked]),
-            "attack_success_rate": _mean([a for _, a in attacked]),
+            "benign_utility": mean(benign),
+            "utility_under_attack": mean([u for u, _ in attacked]),
+            "attack_success_rate": mean([a for _, a in attacked]),
             "benign_items": len(benign),
             "attacked_items": len(attacked),
         }
@@ -197,15 +197,11 @@ def evaluate_agentdojo(
         "prompts_dropped": dropped,
         "idle_passing_left_out": sorted(left_out),
         "suites": table,
-        "tool_calls_per_episode": _mean([e.tool_calls for e in episodes]),
-        "turns_per_episode": _mean([len(e.turns) for e in episodes]),
+        "tool_calls_per_episode": mean([e.tool_calls for e in episodes]),
+        "turns_per_episode": mean([len(e.turns) for e in episodes]),
         "seconds": round(time.monotonic() - started, 1),
         "examples": [{"item": rows[i]["user_task"], "turns": episodes[i].turns[:3]} for i in range(min(2, len(rows)))],
     }
-
-
-def _mean(values: Sequence[Any]) -> float:
-    return sum(float(v) for v in values) / len(values) if values else math.nan
 
 
 register_task(AgentDojoTask())

@@ -9,7 +9,6 @@ train split: ASB is a transfer evaluation of a policy trained elsewhere (e.g. on
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from mrgrpo.errors import ConfigError
 from mrgrpo.tasks.base import Option, Task, TaskSpec
 from mrgrpo.tasks.episodes import model_policy, run_episodes, take_turn
 from mrgrpo.tasks.registry import register_task
+from mrgrpo.records import mean
 
 Messages = list[dict[str, str]]
 
@@ -127,10 +127,10 @@ def evaluate_asb(
 
     def summary(members: list[ASBEpisode]) -> dict[str, Any]:
         return {
-            "attack_success_rate": _mean([e.attack_succeeded for e in members]),
-            "utility": _mean([e.utility for e in members]),
-            "targeted": _mean([e.attack_succeeded and e.utility for e in members]),
-            "goal_in_trace": _mean([e.goal_in_trace for e in members]),
+            "attack_success_rate": mean([e.attack_succeeded for e in members]),
+            "utility": mean([e.utility for e in members]),
+            "targeted": mean([e.attack_succeeded and e.utility for e in members]),
+            "goal_in_trace": mean([e.goal_in_trace for e in members]),
             "cases": len(members),
         }
 
@@ -150,10 +150,10 @@ def evaluate_asb(
         "cases_total": total,
         "cases": len(episodes),
         "groups": groups,
-        "turns_per_episode": _mean([len(e.turns) for e in episodes]),
-        "tool_calls_per_episode": _mean([len(e.calls) for e in episodes]),
-        "tool_errors_per_episode": _mean([e.tool_errors for e in episodes]),
-        "malformed_turn_rate": _mean([e.malformed_turns / max(1, len(e.turns)) for e in episodes]),
+        "turns_per_episode": mean([len(e.turns) for e in episodes]),
+        "tool_calls_per_episode": mean([len(e.calls) for e in episodes]),
+        "tool_errors_per_episode": mean([e.tool_errors for e in episodes]),
+        "malformed_turn_rate": mean([e.malformed_turns / max(1, len(e.turns)) for e in episodes]),
         "seconds": round(time.monotonic() - started, 1),
         "episodes": [
             {"id": e.case.id, "attack_succeeded": e.attack_succeeded, "utility": e.utility, "calls": e.calls}
@@ -161,10 +161,6 @@ def evaluate_asb(
         ],
         "examples": [{"id": e.case.id, "turns": e.turns[:3]} for e in episodes[:2]],
     }
-
-
-def _mean(values: Sequence[Any]) -> float:
-    return sum(float(v) for v in values) / len(values) if values else math.nan
 
 
 def run_asb_eval(

@@ -30,7 +30,6 @@ every way out.
 
 from __future__ import annotations
 
-import inspect
 import json
 import signal
 import threading

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mrgrpo.extras import import_extra
+from mrgrpo.records import mean, moving_average
 
 WINDOW = 5  # moving-average window and the number of steps averaged for "start" and "end"
 
@@ -37,18 +38,6 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
             steps.append(int(record["step"]))
             values.append(float(value))
     return steps, values
-
-
-def moving_average(values: list[float], window: int = WINDOW) -> list[float]:
-    out = []
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1) : i + 1]
-        out.append(sum(chunk) / len(chunk))
-    return out
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def edge_window(count: int) -> int:
@@ -83,7 +72,7 @@ def _plot_rewards(path: Path, metrics: list[dict[str, Any]], names: list[str]) -
         steps, values = _series(metrics, f"mrgrpo/rewards/{name}")
         if steps:
             (line,) = ax.plot(steps, values, alpha=0.3)
-            ax.plot(steps, moving_average(values), color=line.get_color(), label=name)
+            ax.plot(steps, moving_average(values, WINDOW), color=line.get_color(), label=name)
             drawn = True
     ax.set(xlabel="step", ylabel="mean reward", title=f"reward components (moving average over {WINDOW} steps)")
     if drawn:
@@ -101,7 +90,7 @@ def _plot_total(path: Path, metrics: list[dict[str, Any]]) -> bool:
     fig, ax = plt.subplots(figsize=(7, 4))
     if steps:
         ax.plot(steps, values, alpha=0.3, color="C0")
-        ax.plot(steps, moving_average(values), color="C0", label="weighted total")
+        ax.plot(steps, moving_average(values, WINDOW), color="C0", label="weighted total")
         ax.legend()
     ax.set(xlabel="step", ylabel="weighted total reward", title="total reward")
     fig.tight_layout()
@@ -278,7 +267,7 @@ def write_report(
     ]
     for key, label in [(f"mrgrpo/rewards/{n}", n) for n in names] + [("mrgrpo/reward_total", "**total**")]:
         _, values = _series(metrics, key)
-        start, end = _mean(values[:window]), _mean(values[-window:])
+        start, end = mean(values[:window], empty=None), mean(values[-window:], empty=None)
         change = None if start is None or end is None else end - start
         lines.append(f"| {label} | {_fmt(start)} | {_fmt(end)} | {_fmt(change)} |")
     lines += ["", *profile_lines(profile)]

@@ -27,7 +27,7 @@ import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories
-from mrgrpo.integrations.verl.names import PREFIX, mrgrpo_name, verl_name  # noqa: F401  (re-exported)
+from mrgrpo.integrations.verl.names import verl_name
 from mrgrpo.integrations.verl.state import STATE
 
 
