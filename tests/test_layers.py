@@ -35,9 +35,7 @@ LAYERS = {
 ALLOWED_UPWARD = {
     ("mrgrpo.rewards.agent", "mrgrpo.data.agentdojo"),  # the agent suite reads AgentDojo's runtime through data/
 }
-ALLOWED_PRIVATE = {  # (importer, module, name)
-    ("mrgrpo.rewards.agent", "mrgrpo.rewards.tool_call", "_as_call"),
-}
+ALLOWED_PRIVATE: set[tuple[str, str, str]] = set()  # (importer, module, name)
 ALLOWED_CIRCLES: set[frozenset[str]] = set()
 
 

@@ -44,7 +44,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
-from mrgrpo.rewards.tool_call import _as_call
+from mrgrpo.rewards.tool_call import as_call
 
 Call = tuple[str, dict[str, Any]]
 
@@ -90,7 +90,7 @@ def parse_turn(text: str) -> tuple[list[Call], list[str], bool]:
             well_formed = False
             continue
         for item in items:
-            call = _as_call(item)
+            call = as_call(item)
             if call is None:
                 errors.append(f'not a call (expected {{"name": ..., "arguments": {{...}}}}): {json.dumps(item)[:200]}')
                 well_formed = False

@@ -91,7 +91,9 @@ def format_calls(calls: Sequence[Call], think: str | None = "I will call the fun
 # ----------------------------------------------------------------------------- parsing
 
 
-def _as_call(item: Any) -> Call | None:
+def as_call(item: Any) -> Call | None:
+    """One parsed call object (``{"name": str, "arguments"|"parameters": dict or JSON text}``) as a
+    :class:`Call`; ``None`` when it is not one."""
     if isinstance(item, dict) and isinstance(item.get("name"), str):
         args = item.get("arguments", item.get("parameters", {}))
         if isinstance(args, str):
@@ -121,7 +123,7 @@ def parse_calls(text: str) -> list[Call]:
             except ValueError:
                 if line.strip():
                     return []
-    calls = [_as_call(item) for item in items]
+    calls = [as_call(item) for item in items]
     return [c for c in calls if c is not None] if all(c is not None for c in calls) else []
 
 
@@ -140,7 +142,7 @@ def format_ok(text: str, think: bool = True) -> bool:
     except ValueError:
         return False
     return isinstance(items, list) and all(
-        isinstance(i, dict) and set(i) == {"name", "arguments"} and _as_call(i) for i in items
+        isinstance(i, dict) and set(i) == {"name", "arguments"} and as_call(i) for i in items
     )
 
 
