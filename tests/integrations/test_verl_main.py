@@ -53,3 +53,19 @@ def test_a_misspelled_key_is_one_line_and_exit_2_not_hydras_traceback(tmp_path):
     assert errors == ["error: algorithm.mrgrpo has unknown key(s) ['wieghts']; known keys: ['components', 'eps', "
                       "'import', 'normalization', 'options', 'singleton_groups', 'suite', 'suite_options', 'weights']"]
     assert "Error executing job" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow  # a fresh interpreter: ~10 s
+def test_the_launcher_without_verl_is_one_line_naming_the_extra(tmp_path):
+    # a sitecustomize hides verl the way Python sees a missing package, in a real `python -m` run
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['verl'] = None\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MRGRPO_DEBUG", "VERL_USE_EXTERNAL_MODULES")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(Path(mrgrpo.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "mrgrpo.integrations.verl", "--help"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "pip install" in errors[0] and "verl" in errors[0], result.stderr[-2000:]

@@ -29,6 +29,9 @@ restores verl's value).
 
 from __future__ import annotations
 
+import sys
+
+from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.integrations.verl.adapter import token_advantages
 from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
 from mrgrpo.integrations.verl.names import PREFIX, mrgrpo_name, verl_name
@@ -47,7 +50,18 @@ def install_v1() -> bool:
     return True
 
 
-register_all()
+def _imported_by_the_launcher() -> bool:
+    """``python -m mrgrpo.integrations.verl``: Python imports this package before ``__main__`` runs,
+    so a missing extra here must already be the launcher's one line (exit 2), not a traceback."""
+    argv = list(getattr(sys, "orig_argv", ()))
+    return "-m" in argv[:-1] and argv[argv.index("-m") + 1] == __name__
+
+
+if _imported_by_the_launcher():
+    with reporting_user_errors():
+        register_all()
+else:
+    register_all()
 install()
 install_v1()
 
