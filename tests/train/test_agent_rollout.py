@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("agentdojo")
 
 from mrgrpo.data import agentdojo as ad  # noqa: E402
+from mrgrpo.rewards import agentdojo_runtime as rt  # noqa: E402
 from mrgrpo.rewards.agent import score_batch  # noqa: E402
 from mrgrpo.rewards.tool_call import format_calls  # noqa: E402
 from mrgrpo.tasks.episodes import Episode, episode_for, run_episodes  # noqa: E402
@@ -19,12 +20,12 @@ def _block(calls) -> str:
     return format_calls(calls, think=None)
 
 
-def scripts_for(item: ad.AgentItem) -> list[list[str]]:
+def scripts_for(item: rt.AgentItem) -> list[list[str]]:
     """Fixed turn sequences: user ground truth one call per turn; user + injection ground truth in
     one turn; junk (unknown tool, bad arguments) then the truth."""
-    user = ad.ground_truth_calls(item, "user") or []
-    injection = (ad.ground_truth_calls(item, "injection") or []) if not item.benign else []
-    answer = ad.task_suite(item.suite).user_tasks[item.user_task].GROUND_TRUTH_OUTPUT or "Done."
+    user = rt.ground_truth_calls(item, "user") or []
+    injection = (rt.ground_truth_calls(item, "injection") or []) if not item.benign else []
+    answer = rt.task_suite(item.suite).user_tasks[item.user_task].GROUND_TRUTH_OUTPUT or "Done."
     junk = [
         _block([("no_such_tool", {"x": 1})]),
         _block([(user[0][0] if user else "no_such_tool", {"not_a_parameter": [1, 2]})]),
@@ -60,14 +61,14 @@ class ScriptedLLM:
         return query, runtime, env, [*messages, message], extra_args
 
 
-def agentdojo_scores(item: ad.AgentItem, script: list[str]) -> tuple[bool, bool]:
+def agentdojo_scores(item: rt.AgentItem, script: list[str]) -> tuple[bool, bool]:
     from agentdojo.agent_pipeline import AgentPipeline, InitQuery, SystemMessage, ToolsExecutionLoop, ToolsExecutor
 
     llm = ScriptedLLM(script)
     pipeline = AgentPipeline([SystemMessage("system"), InitQuery(), llm, ToolsExecutionLoop([ToolsExecutor(), llm])])
-    suite = ad.task_suite(item.suite)
+    suite = rt.task_suite(item.suite)
     injection = suite.injection_tasks[item.injection_task] if item.injection_task else None
-    return suite.run_task_with_pipeline(pipeline, suite.user_tasks[item.user_task], injection, ad.injections_for(item))
+    return suite.run_task_with_pipeline(pipeline, suite.user_tasks[item.user_task], injection, rt.injections_for(item))
 
 
 def scripted_policy(scripts: dict[int, list[str]]):
@@ -82,17 +83,17 @@ def scripted_policy(scripts: dict[int, list[str]]):
     return policy
 
 
-def _sample(per_suite: int, seed: int = 0) -> list[ad.AgentItem]:
+def _sample(per_suite: int, seed: int = 0) -> list[rt.AgentItem]:
     rng = random.Random(seed)
     chosen = []
-    for suite in ad.SUITES:
+    for suite in rt.SUITES:
         all_items = ad.items([suite])
         chosen += rng.sample([i for i in all_items if i.benign], 1)
         chosen += rng.sample([i for i in all_items if not i.benign], per_suite)
     return chosen
 
 
-def _parity(items: list[ad.AgentItem]) -> list[str]:
+def _parity(items: list[rt.AgentItem]) -> list[str]:
     episodes, expected, scripts = [], [], {}
     for item in items:
         for script in scripts_for(item):
@@ -183,10 +184,10 @@ def test_token_rollout_executes_tools_masks_feedback_and_scores(chat):
     from mrgrpo.train.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
-    item = ad.AgentItem("banking", "user_task_1", "injection_task_1", ad.DEFAULT_ATTACK)
+    item = rt.AgentItem("banking", "user_task_1", "injection_task_1", rt.DEFAULT_ATTACK)
     row = ad.item_row(item, system_prompt="Use tools.")
-    user = ad.ground_truth_calls(item, "user")
-    answer = ad.task_suite("banking").user_tasks["user_task_1"].GROUND_TRUTH_OUTPUT
+    user = rt.ground_truth_calls(item, "user")
+    answer = rt.task_suite("banking").user_tasks["user_task_1"].GROUND_TRUTH_OUTPUT
     turns = [_block([("no_such_tool", {})]), _block(user), answer]
     model = _ScriptedModel(tokenizer, turns)
     prompt = row["prompt"] if chat else plain_text(row["prompt"])
@@ -209,7 +210,7 @@ def test_token_rollout_executes_tools_masks_feedback_and_scores(chat):
 
 
 def test_episode_turn_limit_and_bad_blocks():
-    row = ad.item_row(ad.AgentItem("slack", "user_task_0"))
+    row = ad.item_row(rt.AgentItem("slack", "user_task_0"))
     episode = episode_for(row, max_turns=2)
     feedback = episode.step("<tool_call>[{oops</tool_call>")
     assert feedback and feedback[0]["content"].startswith("Error: could not parse")

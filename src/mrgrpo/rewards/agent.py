@@ -24,7 +24,8 @@ Components (all in ``[0, 1]``):
   or balanced blocks each holding a JSON list of ``{"name": str, "arguments": object}``.
 
 Scoring replays the episode's calls on a fresh copy of the item's injected environment and
-runs AgentDojo's checks (deterministic: tools are functions of the environment), in a process
+runs AgentDojo's checks (:mod:`mrgrpo.rewards.agentdojo_runtime`; deterministic: tools are
+functions of the environment), in a process
 pool across cores (workspace checks take up to ~0.7 s). ``utility`` and ``security`` share one
 pool run per batch. Without an ``agent_trace`` column (stock single-turn generation), the
 completion is read as one turn: its calls are executed and its text is the final answer.
@@ -43,6 +44,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from mrgrpo.rewards.agentdojo_runtime import AgentItem, replay, task_suite
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.tool_call import as_call
 
@@ -125,8 +127,6 @@ def trace_from_completion(completion: Any) -> dict[str, Any]:
 
 def _score_one(job: tuple[Any, ...]) -> tuple[bool, bool | None]:
     """One ``(columns, injections JSON, trace[, grounded])`` job (without ``grounded``: AgentDojo's check alone)."""
-    from mrgrpo.data.agentdojo import AgentItem, replay
-
     columns, injections_json, trace, *rest = job
     grounded = bool(rest[0]) if rest else False
     item = AgentItem.from_columns(columns)
@@ -143,8 +143,6 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     global _POOL, _POOL_WORKERS
     if _POOL is None or _POOL_WORKERS != workers:
         import multiprocessing
-
-        from mrgrpo.data.agentdojo import task_suite
 
         task_suite("banking")  # import agentdojo before forking: workers inherit it (10 s otherwise)
         if _POOL is not None:
@@ -209,7 +207,7 @@ class _BatchScorer:
         for i, completion in enumerate(completions):
             item = {k: (columns[k][i] if k in columns else None) for k in _ITEM_KEYS}
             if item["suite"] is None or item["user_task"] is None:
-                raise ValueError("the agent suite needs the columns suite and user_task (see mrgrpo.data.agentdojo)")
+                raise ValueError("the agent suite needs the columns suite and user_task (see mrgrpo.data.agentdojo.load_agentdojo)")
             trace_text = traces[i] if traces is not None else None
             trace = json.loads(trace_text) if trace_text else trace_from_completion(completion)
             injections = columns["injections"][i] if "injections" in columns else ""

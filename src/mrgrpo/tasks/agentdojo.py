@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mrgrpo.data.agentdojo import AgentItem
 from mrgrpo.errors import ConfigError
 from mrgrpo.tasks.base import Option, Task, TaskSpec, plain_text
 from mrgrpo.tasks.episodes import DEFAULT_MAX_TURNS, Episode, Policy, episode_for, run_episodes
 from mrgrpo.tasks.registry import register_task
 from mrgrpo.records import mean
+from mrgrpo.rewards.agentdojo_runtime import AgentItem
 
 ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars")
 
@@ -94,7 +94,8 @@ class AgentDojoTask(Task):
 
     def evaluate(self, policy_factory: Any, spec: TaskSpec, loaded: Any, attack: str | None, limit: int | None,
                  max_new_tokens: int | None) -> dict[str, Any]:
-        from mrgrpo.data.agentdojo import DEFAULT_ATTACK, load_attack_names
+        from mrgrpo.data.agentdojo import load_attack_names
+        from mrgrpo.rewards.agentdojo_runtime import DEFAULT_ATTACK
 
         attack = attack or DEFAULT_ATTACK
         if attack not in load_attack_names():
@@ -151,14 +152,15 @@ def evaluate_agentdojo(
     user tasks per suite. Rates are over items; ``overall`` pools all suites' items.
     """
     from mrgrpo.data import agentdojo as ad
+    from mrgrpo.rewards import agentdojo_runtime as rt
     from mrgrpo.rewards.agent import score_batch
 
     started = time.monotonic()
-    suites = list(suites or ad.SUITES)
-    attack = attack or ad.DEFAULT_ATTACK
+    suites = list(suites or rt.SUITES)
+    attack = attack or rt.DEFAULT_ATTACK
     chosen: list[AgentItem] = []
     for name in suites:
-        suite_items = ad.items([name], split, attack, version=ad.DEFAULT_VERSION, seed=seed,
+        suite_items = ad.items([name], split, attack, version=rt.DEFAULT_VERSION, seed=seed,
                                keep_idle_passing=keep_idle_passing)
         if limit is not None:
             keep = sorted({i.user_task for i in suite_items}, key=lambda t: int(t.rsplit("_", 1)[1]))[:limit]
@@ -189,7 +191,7 @@ def evaluate_agentdojo(
         f"{name}/{task}" for name in suites
         for task in {i.user_task for i in ad.items([name], split, attack, benign=True, attacked=False, seed=seed,
                                                    keep_idle_passing=True)}
-        if ad.passes_when_idle(name, task)
+        if rt.passes_when_idle(name, task)
     ]
     return {
         "attack": attack,

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrgrpo.data.agentdojo import AgentItem, check_episode, execute_call, fresh_environment
 from mrgrpo.rewards.agent import final_output, has_tool_call, parse_turn
+from mrgrpo.rewards.agentdojo_runtime import AgentItem, check_episode, execute_call, fresh_environment
 from mrgrpo.tasks.base import plain_text
 
 Messages = list[dict[str, str]]
