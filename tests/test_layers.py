@@ -1,6 +1,6 @@
 """The layers of mrgrpo point one way, and no two modules import each other.
 
-    foundation  errors, extras, yaml_numbers, keyvalue, command_errors, rollouts, examples, records
+    foundation  errors, extras, yaml_numbers, keyvalue, command_errors, rollouts, examples, records, plotting
     core        estimators, diagnostics (and the package root, ``mrgrpo``, which re-exports them)
     rewards
     data, tasks (data sits beside tasks: it imports nothing of tasks)
@@ -23,7 +23,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "mrgrpo"
 ABOVE = ("mrgrpo.train", "mrgrpo.integrations", "mrgrpo.experiments", "mrgrpo.cli")
 LAYERS = {
-    **dict.fromkeys(("errors", "extras", "yaml_numbers", "keyvalue", "command_errors", "rollouts", "examples", "records"), 0),
+    **dict.fromkeys(("errors", "extras", "yaml_numbers", "keyvalue", "command_errors", "rollouts", "examples", "records", "plotting"), 0),
     **dict.fromkeys(("estimators", "diagnostics"), 1),
     "rewards": 2,
     **dict.fromkeys(("data", "tasks"), 3),

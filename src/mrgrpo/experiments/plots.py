@@ -8,17 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from mrgrpo.experiments.stats import mean_ci
-from mrgrpo.extras import import_extra
+from mrgrpo.plotting import pyplot, saved_figure
 from mrgrpo.records import moving_average
 
-
-def _plt() -> Any:
-    matplotlib = import_extra("matplotlib", "plots", "experiment plots")
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+PURPOSE = "experiment plots"  # what the missing-extra message names
 
 
 def plot_curves(path: Path, records: list[dict[str, Any]], estimators: list[str]) -> Path | None:
@@ -26,32 +19,28 @@ def plot_curves(path: Path, records: list[dict[str, Any]], estimators: list[str]
     training curve, with a 95% band across seeds."""
     if not records:
         return None
-    plt = _plt()
     names, ranges = records[0]["names"], records[0]["ranges"]
     steps = max(len(r["curves"][names[0]]) for r in records)
     window = max(1, steps // 10)
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
-    for ax, name, (lo, hi) in zip(axes[0], names, ranges):
-        span = hi - lo if hi > lo else 1.0
-        for est in estimators:
-            runs = [moving_average([None if v is None else (v - lo) / span for v in r["curves"][name]], window)
-                    for r in records if r["estimator"] == est]
-            xs, means, lows, highs = [], [], [], []
-            for i in range(steps):
-                mean, half, n = mean_ci([run[i] for run in runs if i < len(run)])
-                if n:
-                    half = 0.0 if not math.isfinite(half) else half
-                    xs.append(i + 1), means.append(mean), lows.append(mean - half), highs.append(mean + half)
-            line, = ax.plot(xs, means, label=est, lw=1.5)
-            ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15)
-        ax.set_title(f"{name} (÷ range)")
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"training curves: moving average ({window} steps), mean ± 95% CI over seeds", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=110, ncols=len(names), figsize=(3.6 * len(names), 3.2), squeeze=False) as (fig, axes):
+        for ax, name, (lo, hi) in zip(axes[0], names, ranges):
+            span = hi - lo if hi > lo else 1.0
+            for est in estimators:
+                runs = [moving_average([None if v is None else (v - lo) / span for v in r["curves"][name]], window)
+                        for r in records if r["estimator"] == est]
+                xs, means, lows, highs = [], [], [], []
+                for i in range(steps):
+                    mean, half, n = mean_ci([run[i] for run in runs if i < len(run)])
+                    if n:
+                        half = 0.0 if not math.isfinite(half) else half
+                        xs.append(i + 1), means.append(mean), lows.append(mean - half), highs.append(mean + half)
+                line, = ax.plot(xs, means, label=est, lw=1.5)
+                ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15)
+            ax.set_title(f"{name} (÷ range)")
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle(f"training curves: moving average ({window} steps), mean ± 95% CI over seeds", fontsize=10)
     return path
 
 
@@ -63,30 +52,27 @@ def plot_pareto(path: Path, summary: dict[str, Any], records: list[dict[str, Any
     pairs = list(itertools.combinations(names, 2))
     if not pairs:
         return None
-    plt = _plt()
     cols = min(3, len(pairs))
     rows = math.ceil(len(pairs) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.8 * cols, 3.4 * rows), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (a, b) in zip(axes.flat, pairs):
-        for k, est in enumerate(estimators):
-            color = colors[k % len(colors)]
-            pts = [(r["objectives"][view].get(a), r["objectives"][view].get(b)) for r in records if r["estimator"] == est]
-            pts = [(x, y) for x, y in pts if x is not None and y is not None]
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, alpha=0.4, color=color)
-            cell = summary["table"][view][est]
-            ax.errorbar(cell[a]["mean"], cell[b]["mean"], xerr=_finite(cell[a]["ci"]), yerr=_finite(cell[b]["ci"]),
-                        fmt="o", ms=7, color=color, label=est, capsize=3)
-        ax.set_xlabel(a)
-        ax.set_ylabel(b)
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(pairs):]:
-        ax.axis("off")
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"final points ({view}, ÷ range): seeds (dots), mean ± 95% CI", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=110, nrows=rows, ncols=cols, figsize=(3.8 * cols, 3.4 * rows),
+                      squeeze=False) as (fig, axes):
+        colors = pyplot(PURPOSE).rcParams["axes.prop_cycle"].by_key()["color"]
+        for ax, (a, b) in zip(axes.flat, pairs):
+            for k, est in enumerate(estimators):
+                color = colors[k % len(colors)]
+                pts = [(r["objectives"][view].get(a), r["objectives"][view].get(b)) for r in records if r["estimator"] == est]
+                pts = [(x, y) for x, y in pts if x is not None and y is not None]
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, alpha=0.4, color=color)
+                cell = summary["table"][view][est]
+                ax.errorbar(cell[a]["mean"], cell[b]["mean"], xerr=_finite(cell[a]["ci"]), yerr=_finite(cell[b]["ci"]),
+                            fmt="o", ms=7, color=color, label=est, capsize=3)
+            ax.set_xlabel(a)
+            ax.set_ylabel(b)
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(pairs):]:
+            ax.axis("off")
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle(f"final points ({view}, ÷ range): seeds (dots), mean ± 95% CI", fontsize=10)
     return path
 
 
@@ -98,21 +84,18 @@ def plot_series(path: Path, steps: list[int], series: dict[str, dict[str, list[f
     """Panels of named series over steps (``{panel: {label: values}}``), for ``analyze``."""
     if not steps or not series:
         return None
-    plt = _plt()
     cols = min(3, len(series))
     rows = math.ceil(len(series) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
-    for ax in list(axes.flat)[len(series):]:
-        ax.axis("off")
-    for ax, (panel, lines) in zip(axes.flat, series.items()):
-        for label, values in lines.items():
-            ax.plot(steps, values, label=label, lw=1.2)
-        ax.set_title(panel, fontsize=9)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=110, nrows=rows, ncols=cols, figsize=(4.2 * cols, 3.0 * rows),
+                      squeeze=False) as (fig, axes):
+        for ax in list(axes.flat)[len(series):]:
+            ax.axis("off")
+        for ax, (panel, lines) in zip(axes.flat, series.items()):
+            for label, values in lines.items():
+                ax.plot(steps, values, label=label, lw=1.2)
+            ax.set_title(panel, fontsize=9)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle(title, fontsize=10)
     return path

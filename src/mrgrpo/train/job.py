@@ -39,6 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.train.children import reaped_children
 from mrgrpo.train.config import ConfigError, TrainConfig, apply_overrides, validate_config
 from mrgrpo.yaml_numbers import load_yaml
 from mrgrpo.train.rollout_log import RolloutLogger
@@ -216,6 +217,7 @@ def prepare_task(config: TrainConfig, split: str = "train") -> Any:
     return prepared
 
 
+@reaped_children()
 def run_train(
     config: TrainConfig,
     out: str | Path | None = None,
@@ -231,25 +233,11 @@ def run_train(
     ``allow_changes=True`` accepts any change and records it in ``resumes.jsonl``).
 
     The task and reward suite are checked before the model loads (:func:`prepare_task`); every
-    child process the run starts is ended on every way out (:mod:`mrgrpo.train.children`)."""
+    child process the run starts is ended on every way out (:func:`mrgrpo.train.children.reaped_children`)."""
     from mrgrpo.extras import require
-    from mrgrpo.train.children import reaped_children
 
     require("plots", "mrgrpo.train.run_train (TensorBoard events and the run report's plots)")
 
-    with reaped_children():
-        return _run_train(config, out, resume, job_started, extra_callbacks, quiet, allow_changes)
-
-
-def _run_train(
-    config: TrainConfig,
-    out: str | Path | None = None,
-    resume: str | Path | None = None,
-    job_started: float | None = None,
-    extra_callbacks: list[Any] | None = None,
-    quiet: bool = False,
-    allow_changes: bool = False,
-) -> RunResult:
     from rich.console import Console
     from transformers import PrinterCallback
     from transformers import ProgressCallback as HFProgressCallback

@@ -12,10 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mrgrpo.extras import import_extra
+from mrgrpo.plotting import saved_figure
 from mrgrpo.records import mean, moving_average
 
 WINDOW = 5  # moving-average window and the number of steps averaged for "start" and "end"
+PURPOSE = "the run report's plots"  # what the missing-extra message names
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -61,111 +62,84 @@ def _mean_matrix(records: list[dict[str, Any]]) -> list[list[float | None]] | No
 
 
 def _plot_rewards(path: Path, metrics: list[dict[str, Any]], names: list[str]) -> bool:
-    matplotlib = import_extra("matplotlib", "plots", "the run report's plots")
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
     drawn = False
-    for name in names:
-        steps, values = _series(metrics, f"mrgrpo/rewards/{name}")
-        if steps:
-            (line,) = ax.plot(steps, values, alpha=0.3)
-            ax.plot(steps, moving_average(values, WINDOW), color=line.get_color(), label=name)
-            drawn = True
-    ax.set(xlabel="step", ylabel="mean reward", title=f"reward components (moving average over {WINDOW} steps)")
-    if drawn:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=100, figsize=(7, 4)) as (_, ax):
+        for name in names:
+            steps, values = _series(metrics, f"mrgrpo/rewards/{name}")
+            if steps:
+                (line,) = ax.plot(steps, values, alpha=0.3)
+                ax.plot(steps, moving_average(values, WINDOW), color=line.get_color(), label=name)
+                drawn = True
+        ax.set(xlabel="step", ylabel="mean reward", title=f"reward components (moving average over {WINDOW} steps)")
+        if drawn:
+            ax.legend()
     return drawn
 
 
 def _plot_total(path: Path, metrics: list[dict[str, Any]]) -> bool:
-    import matplotlib.pyplot as plt
-
     steps, values = _series(metrics, "mrgrpo/reward_total")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if steps:
-        ax.plot(steps, values, alpha=0.3, color="C0")
-        ax.plot(steps, moving_average(values, WINDOW), color="C0", label="weighted total")
-        ax.legend()
-    ax.set(xlabel="step", ylabel="weighted total reward", title="total reward")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=100, figsize=(7, 4)) as (_, ax):
+        if steps:
+            ax.plot(steps, values, alpha=0.3, color="C0")
+            ax.plot(steps, moving_average(values, WINDOW), color="C0", label="weighted total")
+            ax.legend()
+        ax.set(xlabel="step", ylabel="weighted total reward", title="total reward")
     return bool(steps)
 
 
 def _plot_advantages(path: Path, metrics: list[dict[str, Any]]) -> bool:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
     steps, std = _series(metrics, "mrgrpo/advantages/std")
-    if steps:
-        ax.plot(steps, std, label="std")
-        s2, abs_mean = _series(metrics, "mrgrpo/advantages/abs_mean")
-        ax.plot(s2, abs_mean, label="mean |A|")
-        s3, lo = _series(metrics, "mrgrpo/advantages/min")
-        s4, hi = _series(metrics, "mrgrpo/advantages/max")
-        if s3 == s4 and s3:
-            ax.fill_between(s3, lo, hi, alpha=0.15, label="min–max")
-        ax.legend()
-    ax.set(xlabel="step", ylabel="advantage", title="advantage spread")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=100, figsize=(7, 4)) as (_, ax):
+        if steps:
+            ax.plot(steps, std, label="std")
+            s2, abs_mean = _series(metrics, "mrgrpo/advantages/abs_mean")
+            ax.plot(s2, abs_mean, label="mean |A|")
+            s3, lo = _series(metrics, "mrgrpo/advantages/min")
+            s4, hi = _series(metrics, "mrgrpo/advantages/max")
+            if s3 == s4 and s3:
+                ax.fill_between(s3, lo, hi, alpha=0.15, label="min–max")
+            ax.legend()
+        ax.set(xlabel="step", ylabel="advantage", title="advantage spread")
     return bool(steps)
 
 
 def _plot_correlation(path: Path, start: Any, end: Any, names: list[str]) -> bool:
-    import matplotlib.pyplot as plt
-
     if start is None and end is None:
         return False
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.2))
-    image = None
-    for ax, matrix, title in ((axes[0], start, "start"), (axes[1], end, "end")):
-        ax.set_title(f"in-group correlation ({title})")
-        ax.set_xticks(range(len(names)), names, rotation=30)
-        ax.set_yticks(range(len(names)), names if ax is axes[0] else [""] * len(names))
-        if matrix is None:
-            continue
-        data = [[float("nan") if v is None else v for v in row] for row in matrix]
-        image = ax.imshow(data, vmin=-1, vmax=1, cmap="coolwarm")
-        for i, row in enumerate(data):
-            for j, value in enumerate(row):
-                ax.text(j, i, "–" if math.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8)
-    if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=100, tight=False, ncols=2, figsize=(9.5, 4.2)) as (fig, axes):
+        image = None
+        for ax, matrix, title in ((axes[0], start, "start"), (axes[1], end, "end")):
+            ax.set_title(f"in-group correlation ({title})")
+            ax.set_xticks(range(len(names)), names, rotation=30)
+            ax.set_yticks(range(len(names)), names if ax is axes[0] else [""] * len(names))
+            if matrix is None:
+                continue
+            data = [[float("nan") if v is None else v for v in row] for row in matrix]
+            image = ax.imshow(data, vmin=-1, vmax=1, cmap="coolwarm")
+            for i, row in enumerate(data):
+                for j, value in enumerate(row):
+                    ax.text(j, i, "–" if math.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8)
+        if image is not None:
+            fig.colorbar(image, ax=axes, shrink=0.8)
     return True
 
 
 def _plot_step_time(path: Path, records: list[dict[str, Any]]) -> bool:
     """Stacked bars: each step's seconds per phase (``profile.jsonl``)."""
-    import matplotlib.pyplot as plt
-
     from mrgrpo.train.profiling import PHASES
 
     if not records:
         return False
     steps = [int(r["step"]) for r in records]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    bottom = [0.0] * len(records)
-    for phase in PHASES:
-        values = [float(r.get(phase) or 0.0) for r in records]
-        if any(values):
-            ax.bar(steps, values, bottom=bottom, label=phase)
-            bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set(xlabel="step", ylabel="seconds", title="where each step's time goes")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with saved_figure(path, PURPOSE, dpi=100, figsize=(7, 4)) as (_, ax):
+        bottom = [0.0] * len(records)
+        for phase in PHASES:
+            values = [float(r.get(phase) or 0.0) for r in records]
+            if any(values):
+                ax.bar(steps, values, bottom=bottom, label=phase)
+                bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set(xlabel="step", ylabel="seconds", title="where each step's time goes")
+        ax.legend(fontsize=7)
     return True
 
 
