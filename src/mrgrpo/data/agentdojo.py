@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -109,13 +109,18 @@ def agent_instruction(schemas: Sequence[Mapping[str, Any]], tools_in_prompt: str
 # ----------------------------------------------------------------------------- dataset
 
 
+def in_task_order(ids: Iterable[str]) -> list[str]:
+    """Task ids (``user_task_10``, ``injection_task_2``) sorted by their number, as AgentDojo lists them."""
+    return sorted(ids, key=lambda t: int(t.rsplit("_", 1)[1]))
+
+
 def split_user_tasks(
     suite: str, version: str = DEFAULT_VERSION, test_fraction: float = 0.25, seed: int = 0
 ) -> dict[str, list[str]]:
     """``{"train": [...], "test": [...]}`` user task ids of a suite (seeded; disjoint)."""
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
-    ids = sorted(task_suite(suite, version).user_tasks, key=lambda t: int(t.rsplit("_", 1)[1]))
+    ids = in_task_order(task_suite(suite, version).user_tasks)
     random.Random(f"{seed}:{suite}").shuffle(ids)
     n_test = round(test_fraction * len(ids))
     return {"train": sorted(ids[n_test:], key=ids.index), "test": ids[:n_test]}
@@ -142,11 +147,11 @@ def items(
         user_ids = (
             split_user_tasks(name, version, test_fraction, seed)[split]
             if split is not None
-            else sorted(suite.user_tasks, key=lambda t: int(t.rsplit("_", 1)[1]))
+            else in_task_order(suite.user_tasks)
         )
         if not keep_idle_passing:
             user_ids = [u for u in user_ids if not passes_when_idle(name, u, version)]
-        injection_ids = sorted(suite.injection_tasks, key=lambda t: int(t.rsplit("_", 1)[1]))
+        injection_ids = in_task_order(suite.injection_tasks)
         for user_id in user_ids:
             if benign:
                 out.append(AgentItem(name, user_id, None, None, version))

@@ -163,7 +163,7 @@ def evaluate_agentdojo(
         suite_items = ad.items([name], split, attack, version=rt.DEFAULT_VERSION, seed=seed,
                                keep_idle_passing=keep_idle_passing)
         if limit is not None:
-            keep = sorted({i.user_task for i in suite_items}, key=lambda t: int(t.rsplit("_", 1)[1]))[:limit]
+            keep = ad.in_task_order({i.user_task for i in suite_items})[:limit]
             suite_items = [i for i in suite_items if i.user_task in keep]
         chosen.extend(suite_items)
     rows = [ad.item_row(item, tools_in_prompt) for item in chosen]

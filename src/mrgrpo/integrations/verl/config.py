@@ -1,4 +1,4 @@
-"""The ``algorithm.mrgrpo`` block of a verl config, typed and validated once.
+"""The ``algorithm.mrgrpo`` block of a verl config, typed and validated once (a pydantic dataclass).
 
 verl hands every advantage estimator its ``algorithm`` config (a ``DictConfig``). Our estimators
 read one optional sub-block, ``algorithm.mrgrpo``; every field is documented here and nowhere else::
@@ -19,9 +19,12 @@ read one optional sub-block, ``algorithm.mrgrpo``; every field is documented her
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from typing import Any
+
+from pydantic import ConfigDict, ValidationError, field_validator, model_validator
+from pydantic.dataclasses import dataclass
 
 from mrgrpo.errors import ConfigError
 
@@ -33,7 +36,7 @@ KEYS = {"imports": "import"}
 FIELDS = {v: k for k, v in KEYS.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class MrgrpoVerlConfig:
     """Settings of mrgrpo estimators inside verl (``algorithm.mrgrpo``).
 
@@ -79,37 +82,91 @@ class MrgrpoVerlConfig:
 
     components: tuple[str, ...] | None = None
     weights: tuple[float, ...] | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
     normalization: str = "rollout"
     singleton_groups: str = "zero"
     eps: float | None = VERL_EPS
     suite: str | None = None
-    suite_options: dict[str, Any] = field(default_factory=dict)
+    suite_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     imports: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        if self.normalization not in NORMALIZATIONS:
-            raise ConfigError(
-                f"algorithm.mrgrpo.normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}"
-            )
-        if self.singleton_groups not in SINGLETON_GROUPS:
-            raise ConfigError(
-                f"algorithm.mrgrpo.singleton_groups must be one of {SINGLETON_GROUPS}, got {self.singleton_groups!r}"
-            )
-        if self.components is not None:
-            if not self.components or not all(isinstance(c, str) and c for c in self.components):
-                raise ConfigError(f"algorithm.mrgrpo.components must be a non-empty list of key names, got {self.components!r}")
-            if len(set(self.components)) != len(self.components):
-                raise ConfigError(f"algorithm.mrgrpo.components has duplicates: {list(self.components)}")
+    # A pydantic dataclass: the types are checked (and lists read as tuples, numbers as floats)
+    # after the "before" checks below, which keep the messages the config's own words.
+
+    @field_validator("components", "weights", mode="before")
+    @classmethod
+    def _a_list(cls, value: Any, info: Any) -> Any:
+        if value is not None and (isinstance(value, str | bytes) or not isinstance(value, list | tuple)):
+            raise ConfigError(f"algorithm.mrgrpo.{info.field_name} must be a list, got {value!r}")
+        return value
+
+    @field_validator("components", mode="before")
+    @classmethod
+    def _key_names(cls, value: Any) -> Any:
+        if value is not None:
+            if not value or not all(isinstance(c, str) and c for c in value):
+                raise ConfigError(f"algorithm.mrgrpo.components must be a non-empty list of key names, got {tuple(value)!r}")
+            if len(set(value)) != len(value):
+                raise ConfigError(f"algorithm.mrgrpo.components has duplicates: {list(value)}")
+        return value
+
+    @field_validator("options", "suite_options", mode="before")
+    @classmethod
+    def _a_mapping(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"algorithm.mrgrpo.{info.field_name} must be a mapping, got {value!r}")
+        return dict(value)
+
+    @field_validator("imports", mode="before")
+    @classmethod
+    def _module_names(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        modules = [value] if isinstance(value, str) else value
+        if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
+            shown = list(modules) if isinstance(modules, list | tuple) else modules
+            raise ConfigError(f"algorithm.mrgrpo.import must be a list of module names, got {shown!r}")
+        return tuple(modules)
+
+    @field_validator("normalization")
+    @classmethod
+    def _normalization(cls, value: str) -> str:
+        if value not in NORMALIZATIONS:
+            raise ConfigError(f"algorithm.mrgrpo.normalization must be one of {NORMALIZATIONS}, got {value!r}")
+        return value
+
+    @field_validator("singleton_groups")
+    @classmethod
+    def _singleton_groups(cls, value: str) -> str:
+        if value not in SINGLETON_GROUPS:
+            raise ConfigError(f"algorithm.mrgrpo.singleton_groups must be one of {SINGLETON_GROUPS}, got {value!r}")
+        return value
+
+    @field_validator("eps")
+    @classmethod
+    def _eps(cls, value: float | None) -> float | None:
+        if value is not None and not (value >= 0):
+            raise ConfigError(f"algorithm.mrgrpo.eps must be >= 0 or null, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_weight_per_component(self) -> MrgrpoVerlConfig:
         if self.weights is not None and self.components is not None and len(self.weights) != len(self.components):
             raise ConfigError(
                 f"algorithm.mrgrpo.weights has {len(self.weights)} entries for {len(self.components)} "
                 f"components {list(self.components)}"
             )
-        if not all(isinstance(m, str) and m for m in self.imports):
-            raise ConfigError(f"algorithm.mrgrpo.import must be a list of module names, got {list(self.imports)!r}")
-        if self.eps is not None and not (self.eps >= 0):
-            raise ConfigError(f"algorithm.mrgrpo.eps must be >= 0 or null, got {self.eps!r}")
+        return self
+
+    @classmethod
+    def of(cls, **values: Any) -> MrgrpoVerlConfig:
+        """The settings of keyword ``values`` (field names), or one-line :class:`ConfigError`."""
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            raise ConfigError(_one_line(error)) from None
 
     @classmethod
     def from_algorithm_config(cls, algorithm: Any) -> MrgrpoVerlConfig:
@@ -120,37 +177,32 @@ class MrgrpoVerlConfig:
         block = _plain(_get(algorithm, "mrgrpo")) or {}
         if not isinstance(block, Mapping):
             raise ConfigError(f"algorithm.mrgrpo must be a mapping, got {type(block).__name__}")
-        known = {KEYS.get(f.name, f.name) for f in fields(cls)}
+        known = {KEYS.get(f.name, f.name) for f in dataclasses.fields(cls)}
         unknown = sorted(set(block) - known)
         if unknown:
             raise ConfigError(f"algorithm.mrgrpo has unknown key(s) {unknown}; known keys: {sorted(known)}")
         values = {FIELDS.get(k, k): v for k, v in block.items()}
-        if values.get("imports") is None:
-            values.pop("imports", None)
-        else:
-            modules = values["imports"]
-            if isinstance(modules, str):
-                modules = [modules]
-            if not isinstance(modules, list | tuple):
-                raise ConfigError(f"algorithm.mrgrpo.import must be a list of module names, got {modules!r}")
-            values["imports"] = tuple(modules)
         if values.get("components") is None and values.get("suite") is None:
             values["components"] = _plain(_get(algorithm, "gdpo_reward_keys"))
             if values.get("weights") is None:
                 values["weights"] = _plain(_get(algorithm, "gdpo_reward_weights"))
-        for key in ("components", "weights"):
-            if values.get(key) is not None:
-                if isinstance(values[key], str | bytes) or not isinstance(values[key], list | tuple):
-                    raise ConfigError(f"algorithm.mrgrpo.{key} must be a list, got {values[key]!r}")
-                values[key] = tuple(float(v) for v in values[key]) if key == "weights" else tuple(values[key])
-        for key in ("options", "suite_options"):
-            if values.get(key) is None:
-                values[key] = {}
-            elif not isinstance(values[key], Mapping):
-                raise ConfigError(f"algorithm.mrgrpo.{key} must be a mapping, got {values[key]!r}")
-            else:
-                values[key] = dict(values[key])
-        return cls(**values)
+        return cls.of(**values)
+
+
+def _one_line(error: ValidationError) -> str:
+    """The messages of a validation error, one line: a check's own words, else ``key: problem, got value``."""
+    problems = []
+    for item in error.errors():
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):
+            problems.append(str(cause))
+            continue
+        field, *rest = [str(p) for p in item["loc"]] or ["(top level)"]
+        where = ".".join([KEYS.get(field, field), *rest])
+        message = "unknown key" if item["type"] == "unexpected_keyword_argument" else item["msg"]
+        shown = repr(item.get("input"))
+        problems.append(f"algorithm.mrgrpo.{where}: {message[:1].lower() + message[1:]}, got {shown[:60]}")
+    return "; ".join(problems)
 
 
 def _get(config: Any, key: str) -> Any:
