@@ -319,3 +319,28 @@ def test_docs_name_every_algorithm_mrgrpo_setting():
     listed = re.search(r"`algorithm\.mrgrpo` \(([^)]*)\)", readme).group(1)
     assert set(re.findall(r"`(\w+)`", listed)) == fields
     assert set(OmegaConf.load(EXAMPLE).algorithm.mrgrpo) == fields  # the example shows them all
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"weights": [1, "heavy"]}, r"^algorithm\.mrgrpo\.weights\.1: input should be a valid number.*, got 'heavy'$"),
+        ({"eps": "small"}, r"^algorithm\.mrgrpo\.eps: input should be a valid number.*, got 'small'$"),
+        ({"suite": 3}, r"^algorithm\.mrgrpo\.suite: input should be a valid string, got 3$"),
+        ({"components": ["a", 1]}, r"^algorithm\.mrgrpo\.components must be a non-empty list of key names"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_one_config_error_line(block, message):
+    # the settings are typed (a pydantic dataclass): a wrong type is refused with the key's name
+    with pytest.raises(ConfigError, match=message) as caught:
+        integration.MrgrpoVerlConfig.from_algorithm_config(OmegaConf.create({"mrgrpo": block}))
+    assert "\n" not in str(caught.value)
+
+
+def test_settings_are_read_as_typed_values_from_omegaconf():
+    settings = integration.MrgrpoVerlConfig.from_algorithm_config(
+        OmegaConf.create({"mrgrpo": {"components": ["a", "b"], "weights": [1, 2], "import": "mine", "options": None}})
+    )
+    assert settings.components == ("a", "b") and settings.weights == (1.0, 2.0)
+    assert all(isinstance(w, float) for w in settings.weights)
+    assert settings.imports == ("mine",) and settings.options == {}
