@@ -130,18 +130,12 @@ class MrgrpoVerlConfig:
             raise ConfigError(f"algorithm.mrgrpo.import must be a list of module names, got {shown!r}")
         return tuple(modules)
 
-    @field_validator("normalization")
+    @field_validator("normalization", "singleton_groups")
     @classmethod
-    def _normalization(cls, value: str) -> str:
-        if value not in NORMALIZATIONS:
-            raise ConfigError(f"algorithm.mrgrpo.normalization must be one of {NORMALIZATIONS}, got {value!r}")
-        return value
-
-    @field_validator("singleton_groups")
-    @classmethod
-    def _singleton_groups(cls, value: str) -> str:
-        if value not in SINGLETON_GROUPS:
-            raise ConfigError(f"algorithm.mrgrpo.singleton_groups must be one of {SINGLETON_GROUPS}, got {value!r}")
+    def _a_choice(cls, value: str, info: Any) -> str:
+        choices = {"normalization": NORMALIZATIONS, "singleton_groups": SINGLETON_GROUPS}[info.field_name]
+        if value not in choices:
+            raise ConfigError(f"algorithm.mrgrpo.{info.field_name} must be one of {choices}, got {value!r}")
         return value
 
     @field_validator("eps")
