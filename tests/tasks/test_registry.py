@@ -94,6 +94,35 @@ def test_bfcl_worked_example_lists_its_functions():
     assert example_call["name"] in rows[0]["prompt"][0]["content"]
 
 
+def test_bfcl_skeleton_ends_every_request_with_the_reference_call_values_left_as_types():
+    from mrgrpo.rewards import get_suite
+    from mrgrpo.rewards.tool_call import parse_calls
+    from mrgrpo.tasks.tool_call import SKELETON_INSTRUCTION
+
+    spec = TaskSpec("bfcl", {"skeleton": True, "think": False}, size=3, few_shot=1)
+    plain = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False}, size=3, few_shot=1), "train")
+    rows = get_task("bfcl").rows(spec, "train")
+    suite = get_suite("tool_call", think=False)
+    for row, before in zip(rows, plain):
+        system, example_user, example_answer, user = row["prompt"]
+        assert system["content"].endswith(SKELETON_INSTRUCTION)
+        # the request is unchanged up to the skeleton, which holds the reference's names and keys
+        assert user["content"].startswith(before["prompt"][-1]["content"] + "\nCall to make: <tool_call>")
+        (name, holes), = parse_calls(user["content"])
+        expected = json.loads(row["ground_truth"])[0]
+        assert name == next(iter(expected)) and set(holes) <= set(next(iter(expected.values())))
+        schema = json.loads(row["functions"])[0]["parameters"]["properties"]
+        assert all(value == f"<{schema[key]['type']}>" for key, value in holes.items())
+        assert "\nCall to make: <tool_call>" in example_user["content"]  # the example shows the pattern
+        assert example_answer["content"] == before["prompt"][2]["content"]
+        # the skeleton itself is no answer: its placeholders are wrong values
+        scores = {c.name: c([row["prompt"]], [[{"role": "assistant", "content": user["content"].split("Call to make: ")[1]}]],
+                            **{k: [row[k]] for k in ("functions", "ground_truth")})[0] for c in suite.components}
+        assert scores["function_name"] == 1.0 and scores["all_exact"] == 0.0
+    with pytest.raises(ConfigError):
+        get_task("bfcl").rows(TaskSpec("bfcl", {"skeleton": "yes please"}), "train")
+
+
 def test_qa_task_reads_a_jsonl_file_with_a_seeded_holdout(tmp_path):
     from mrgrpo.data.reasoning_tasks import load_reasoning_gym
 

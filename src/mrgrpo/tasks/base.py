@@ -152,13 +152,19 @@ class Task:
         return {**self.options, **COMMON_OPTIONS}
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` with defaults filled in; an unknown key is a :class:`ConfigError`."""
+        """``options`` with defaults filled in; an unknown key, or a non-boolean value for an option
+        whose default is ``True``/``False``, is a :class:`ConfigError`."""
         known = self.all_options()
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise ConfigError(
                 f"task.options: {', '.join(unknown)} is not an option of task {self.name!r} "
                 f"(its options: {', '.join(known)})"
+            )
+        switches = sorted(k for k, v in options.items() if isinstance(known[k].default, bool) and not isinstance(v, bool))
+        if switches:  # a string such as "no" would read as true
+            raise ConfigError(
+                f"task.options.{switches[0]} of task {self.name!r} is true or false, not {options[switches[0]]!r}"
             )
         return {**{k: o.default for k, o in known.items()}, **dict(options)}
 

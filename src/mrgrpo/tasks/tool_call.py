@@ -12,6 +12,14 @@ categories with ``seed``; ``size``/``eval_size`` keep the first rows.
 
 A worked example is a user turn and the assistant's reference calls in the requested format; its
 functions are listed in the system message with the item's own.
+
+``skeleton`` (a scaffold for small policies, off by default): every user turn, the worked
+examples' included, ends with the call to make, its function names and parameter names given
+and each value a ``<type>`` placeholder (:func:`call_skeleton`), and the instruction asks for that
+call with its values filled in from the request. It gives function selection and the parameter
+names away (``function_name`` and ``parameter_names`` then measure copying), so what is left to
+learn is the values (``parameter_values``, ``all_exact``); SmolLM2-135M writes no correct call
+without it (docs/tasks.md).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ class BFCLTask(Task):
         "think": Option(True, "the prompt (and the tool_call suite's format) asks for <think></think> first"),
         "test_fraction": Option(0.25, "share of each category's items held out for eval"),
         "data_dir": Option(None, "a directory with BFCL_v*_<category>.json files (default: the bfcl-eval package)"),
+        "skeleton": Option(False, "each request ends with the call to make, values as <type> placeholders (a scaffold for small models)"),
     }
     ground_truth = "ground_truth"
     eval_metric = "all_exact"
@@ -78,7 +87,8 @@ class BFCLTask(Task):
 
     @staticmethod
     def _with_examples(row: dict[str, Any], examples: list[dict[str, Any]], options: dict[str, Any], spec: TaskSpec) -> dict[str, Any]:
-        if not examples and spec.system_prompt is None:
+        skeleton = bool(options["skeleton"])
+        if not examples and spec.system_prompt is None and not skeleton:
             return row
         functions = json.loads(row["functions"])
         names = {f["name"] for f in functions}
@@ -90,17 +100,43 @@ class BFCLTask(Task):
             names |= {f["name"] for f in example_functions}
             calls = reference_calls(json.loads(example["ground_truth"]), example_functions)
             exchange += [
-                dict(example["prompt"][-1]),
+                _user_turn(example, skeleton),
                 {"role": "assistant", "content": format_calls(calls, "I will call the function." if options["think"] else None)},
             ]
         system = instruction(listed, bool(options["think"]))
+        if skeleton:
+            system += " " + SKELETON_INSTRUCTION
         if spec.system_prompt:
             system = spec.system_prompt + "\n\n" + system
-        return {**row, "prompt": [{"role": "system", "content": system}, *exchange, *row["prompt"][1:]]}
+        return {**row, "prompt": [{"role": "system", "content": system}, *exchange, *row["prompt"][1:-1], _user_turn(row, skeleton)]}
 
     def reference(self, row: dict[str, Any]) -> str | None:
         calls = reference_calls(json.loads(row["ground_truth"]), json.loads(row["functions"]))
         return format_calls(calls)
+
+
+SKELETON_INSTRUCTION = "Each request ends with the call to make: answer with that call, its values filled in from the request."
+
+
+def call_skeleton(row: dict[str, Any]) -> str:
+    """The calls of ``row``'s reference answer with every value replaced by its schema type in angle
+    brackets: ``<tool_call>[{"name": "f", "arguments": {"x": "<integer>"}}]</tool_call>``."""
+    functions = json.loads(row["functions"])
+    properties = {f["name"]: (f.get("parameters") or {}).get("properties") or {} for f in functions}
+    calls = reference_calls(json.loads(row["ground_truth"]), functions)
+    holes = [
+        (name, {key: f"<{(properties.get(name, {}).get(key) or {}).get('type', 'value')}>" for key in args})
+        for name, args in calls
+    ]
+    return format_calls(holes, None)
+
+
+def _user_turn(row: dict[str, Any], skeleton: bool) -> dict[str, Any]:
+    """``row``'s request (its last message), ending with :func:`call_skeleton` when ``skeleton``."""
+    turn = dict(row["prompt"][-1])
+    if skeleton:
+        turn["content"] = f"{turn['content']}\nCall to make: {call_skeleton(row)}"
+    return turn
 
 
 register_task(BFCLTask())
