@@ -26,7 +26,7 @@ reference's) and so is the canonical solution against a reference doing the work
 function called twice: an algorithm exactly twice as fast as its reference).
 
     python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers]
-    python benchmarks/sandbox.py --efficiency [--trials K] [--fast-trials K] [--limit N]
+    python benchmarks/sandbox.py --efficiency [--trials K] [--fast-trials K] [--min-reference-ms M] [--limit N]
 """
 
 from __future__ import annotations
@@ -135,18 +135,18 @@ def _doubled(problem: dict) -> str:
             f"    return _once(*args, **kwargs)\n")
 
 
-def _scored(reference, null, program) -> float | None:
+def _scored(reference, null, program, threshold: float) -> float | None:
     """Efficiency as the code suite scores it: ``None`` where the reference's time beyond its null
-    program is under ``min_reference_s`` (1 ms) by the freshest runs."""
+    program is under ``threshold`` (``min_reference_s``) by the freshest runs."""
     from mrgrpo.rewards.code import efficiency
 
     base = null.best if null.best is not None else 0.0
-    if reference.best is None or reference.best - base < 1e-3:
+    if reference.best is None or reference.best - base < threshold:
         return None
     return efficiency(program.best, reference.best, base)
 
 
-def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None) -> None:
+def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, threshold: float = 1e-3) -> None:
     from mrgrpo.rewards.code import CodeExecutor
 
     executor = CodeExecutor(Limits(wall_s=20, cpu_s=20))
@@ -162,21 +162,21 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None) ->
         ref = executor.timings([job], reference=True)[0]
         null = executor.nulls([job])[0] if ref.best is not None else None
         base = null.best if null is not None and null.best is not None else 0.0
-        if ref.best is None or ref.best - base < 1e-3:
-            if ref.best is not None and ref.best >= 1e-3:
+        if ref.best is None or ref.best - base < threshold:
+            if ref.best is not None and ref.best >= threshold:
                 unscored.append((problem["task_id"], ref.best, base))
             continue
         copies = []
         for trial in range(trials):  # a copy that differs by a comment: a new program for the cache, same algorithm
             copy = Job(reference + f"\n# trial {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            copies.append(_scored(*executor.time_against([(job, copy)])[0]))
+            copies.append(_scored(*executor.time_against([(job, copy)])[0], threshold))
         doubled = Job(_doubled(problem), problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
         executor.timings([doubled], reference=True)
         executor.nulls([doubled])  # the same null program as the canonical's (same answers): shared
         fast = []
         for trial in range(fast_trials):
             copy = Job(reference + f"\n# fast {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            fast.append(_scored(*executor.time_against([(doubled, copy)])[0]))
+            fast.append(_scored(*executor.time_against([(doubled, copy)])[0], threshold))
         ref = executor.timings([job], reference=True)[0]
         null = executor.nulls([job])[0]
         base = null.best if null.best is not None else 0.0
@@ -195,18 +195,18 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None) ->
               f"{f'  ({dropped} trials unscored)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)
     if unscored:
-        print("unscored (reference >= 1 ms, but under 1 ms beyond its null program): " + ", ".join(
+        print(f"unscored (reference >= {threshold * 1e3:g} ms, but under that beyond its null program): " + ", ".join(
             f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" for t, r, b in unscored))
     if not rows:
-        print("no problem with a reference of 1 ms or more beyond its null program")
+        print(f"no problem with a reference of {threshold * 1e3:g} ms or more beyond its null program")
         return
     ok = sum(r[2] >= 0.95 for r in rows)
     halves = [r[4] for r in rows]
     in_band = sum(0.4 <= h <= 0.6 for h in halves)
-    print(f"scored problems (reference >= 1 ms beyond its null program): {len(rows)}; copy <= 0.10 in >= 95% of trials "
+    print(f"scored problems (reference >= {threshold * 1e3:g} ms beyond its null program): {len(rows)}; copy <= 0.10 in >= 95% of trials "
           f"on {ok}/{len(rows)} (worst problem: {min(r[2] for r in rows):.0%}); 2x faster median efficiency in "
           f"[0.4, 0.6] on {in_band}/{len(rows)} (median of medians {sorted(halves)[len(halves) // 2]:.2f}); "
-          f"load average at the end {os.getloadavg()[0]:.1f}")
+          f"{executor.timed_runs} timing runs in all; load average at the end {os.getloadavg()[0]:.1f}")
 
 
 def layer_costs(pairs, workers: int, timeout: float, launcher: bool) -> None:
@@ -236,10 +236,12 @@ def main() -> None:
     parser.add_argument("--efficiency", action="store_true", help="measure the efficiency reward's noise instead")
     parser.add_argument("--trials", type=int, default=20, help="efficiency trials per problem")
     parser.add_argument("--fast-trials", type=int, default=None, help="2x-faster trials per problem (default trials/4, >= 3)")
+    parser.add_argument("--min-reference-ms", type=float, default=1.0,
+                        help="score problems whose reference takes this long beyond its null program (the suite's 1 ms)")
     parser.add_argument("--limit", type=int, default=None, help="first N problems only")
     args = parser.parse_args()
     if args.efficiency:
-        efficiency_noise(args.trials, args.limit, args.fast_trials)
+        efficiency_noise(args.trials, args.limit, args.fast_trials, args.min_reference_ms / 1e3)
         return
     launcher = not args.no_launcher
     pairs = programs()

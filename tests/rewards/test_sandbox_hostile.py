@@ -527,6 +527,6 @@ def test_an_algorithm_twice_as_fast_earns_one_half():
     copies = [HONEST + f"\n# copy {i}\n" for i in range(3)]  # three programs, three timings
     scores = efficiency_of(copies, reference=TWICE_THE_WORK)
     assert scores["pass"] == [1.0] * 3
-    # it earns credit, never more than its speed justifies (1/2 ideally; the fixed per-call cost of the
-    # timed requests pulls it lower on small problems: docs/sandbox.md, measured 0.11-0.56 per run here)
-    assert 0.0 < sorted(scores["efficiency"])[1] <= 0.7, scores
+    # 1/2: the harness's own cost (the null program's time) is subtracted from both sides, and windows
+    # the machine slowed down get more rounds (docs/sandbox.md: 0.41-0.53 per program at load 5)
+    assert 0.3 <= sorted(scores["efficiency"])[1] <= 0.7, scores

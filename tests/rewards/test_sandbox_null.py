@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import marshal
 
-from mrgrpo.rewards.code import CodeExecutor, efficiency
-from mrgrpo.rewards.sandbox import Job, Limits, null_job, run, run_alone
+from mrgrpo.rewards.code import CodeExecutor, _disturbed, efficiency
+from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, run, run_alone
 from mrgrpo.rewards.sandbox.null import null_program
 from mrgrpo.rewards.sandbox.results import _read_report
 
@@ -122,5 +122,16 @@ def test_the_executor_times_the_null_program_per_problem():
     assert executor.timed_runs == runs  # cached
     copy = Job(reference.program + "# copy\n", heavy, "humaneval", "f", LIMITS)
     r, n, g = executor.time_against([(reference, copy)])[0]
-    assert n.repeats == null.repeats + 2  # the null program is re-timed alongside, like the reference
+    assert 2 <= n.repeats - null.repeats <= 2 + executor.extra_repeats  # re-timed alongside, like the reference
+    assert n.repeats - null.repeats == r.repeats - ref.repeats == g.repeats
     assert g.best is not None and r.best >= n.best
+
+
+def test_a_window_is_disturbed_when_every_reference_run_is_slow():
+    def runs(*times):
+        return [Result(Verdict.PASSED, cpu_time=t) for t in times]
+
+    assert _disturbed(runs(0.0115, 0.013, 0.012), 0.010)  # all >10% over the best so far: more rounds
+    assert not _disturbed(runs(0.0115, 0.0105, 0.013), 0.010)  # one run near the best: the window is fair
+    assert not _disturbed(runs(0.02), None)  # no best yet
+    assert not _disturbed([Result(Verdict.FAILED, cpu_time=0.02)], 0.01)  # a failing run ends the timing

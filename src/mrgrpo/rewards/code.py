@@ -257,8 +257,10 @@ class CodeExecutor:
         allow_unisolated: bool | None = None,
         timing_repeats: int = 3,
         reference_repeats: int = 7,
+        extra_repeats: int = 3,
     ):
         self.limits = limits or Limits()
+        self.extra_repeats = extra_repeats
         self.workers = workers
         self.require_isolation = require_isolation
         self.allow_unisolated = allow_unisolated
@@ -374,23 +376,25 @@ class CodeExecutor:
                 key = (False, *_job_key(gen))
                 if key not in self._timings and key not in todo:
                     todo[key] = (ref, gen, *self._null_of(ref))
-            if todo:
-                flat = [job for ref, gen, _, null in todo.values() for _ in range(repeats)
-                        for job in ((null, ref, gen) if null is not None else (ref, gen))]
-                runs = iter(r[0] for r in run_alone(flat, 1, require_isolation=self.require_isolation,
-                                                    allow_unisolated=self.allow_unisolated))
-                self.timed_runs += len(flat)
-                for key, (ref, _, null_key, null) in todo.items():
-                    got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
-                    for _ in range(repeats):
-                        for kind in ("null", "ref", "gen") if null is not None else ("ref", "gen"):
-                            got[kind].append(next(runs))
-                    for cached_key, kind in (((True, *_job_key(ref)), "ref"), (null_key, "null")):
-                        if got[kind]:
-                            fresh = Timing.of(got[kind])
-                            self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
-                                                         if cached_key in self._timings else fresh)
-                    self._timings[key] = Timing.of(got["gen"])
+            for key, (ref, gen, null_key, null) in todo.items():
+                ref_key = (True, *_job_key(ref))
+                before = self._timings[ref_key].best if ref_key in self._timings else None
+                got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
+                kinds = ("null", "ref", "gen") if null is not None else ("ref", "gen")
+                jobs = {"null": null, "ref": ref, "gen": gen}
+                rounds = 0
+                while rounds < repeats or (rounds < repeats + self.extra_repeats and _disturbed(got["ref"], before)):
+                    for kind, [result] in zip(kinds, run_alone([jobs[k] for k in kinds], 1, require_isolation=self.require_isolation,
+                                                                allow_unisolated=self.allow_unisolated)):
+                        got[kind].append(result)
+                    self.timed_runs += len(kinds)
+                    rounds += 1
+                for cached_key, kind in ((ref_key, "ref"), (null_key, "null")):
+                    if got[kind]:
+                        fresh = Timing.of(got[kind])
+                        self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
+                                                     if cached_key in self._timings else fresh)
+                self._timings[key] = Timing.of(got["gen"])
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
@@ -400,6 +404,20 @@ class CodeExecutor:
                 out.append(tuple(self._timings[k] for k in keys))
             self._trim()
         return out  # type: ignore[return-value]
+
+
+#: A timing window whose reference runs all took more than this factor of the reference's best
+#: so far ran under disturbed conditions (another process sharing the core): it gets more rounds.
+DISTURBED = 1.10
+
+
+def _disturbed(results: Sequence[Result], best: float | None) -> bool:
+    """The reference's runs of this window (all passing, CPU clock) all exceed ``DISTURBED`` x its
+    best before the window: the machine slowed every run of the window down."""
+    times = [r.cpu_time for r in results]
+    if best is None or not times or not all(r.passed for r in results) or None in times:
+        return False
+    return min(times) > DISTURBED * best  # type: ignore[type-var]
 
 
 def _base(null: Timing, reference: Timing) -> float:
@@ -466,6 +484,10 @@ class CodeRewardState:
         self.time_reference = time_reference
         self.min_reference_s = min_reference_s
 
+    def resolves(self, reference: Timing, null: Timing) -> bool:
+        """The reference's time beyond its null program's is at least ``min_reference_s`` (or that is 0)."""
+        return not self.min_reference_s or (reference.best or 0.0) - _base(null, reference) >= self.min_reference_s
+
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
 
@@ -519,12 +541,12 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
             passing = [(i, job, r) for i, job, r in zip(timed, ref_jobs, references) if r.best is not None]
             nulls = executor.nulls([job for _, job, _ in passing])
             # scored where the reference's own work (its time beyond the harness's) is resolvable
-            resolved = [i for (i, _, r), n in zip(passing, nulls) if r.best - _base(n, r) >= state.min_reference_s]
+            resolved = [i for (i, _, r), n in zip(passing, nulls) if state.resolves(r, n)]
             timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i in resolved])
             for i, (r, n, g) in zip(resolved, timings):
                 if g.best is not None and g.clock != r.clock:  # pragma: no cover - /proc readable for one only
                     g = Timing(None, None, None, g.repeats)
-                if r.best - _base(n, r) < state.min_reference_s:  # the fresh runs say it is not resolvable
+                if not state.resolves(r, n):  # the fresh runs say it is not resolvable
                     continue
                 out[i] = efficiency(g.best, r.best, _base(n, r))  # a repeat that failed (g.best None) scores 0
         return out
