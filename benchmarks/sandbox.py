@@ -195,8 +195,10 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
               f"{f'  ({dropped} trials unscored)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)
     if unscored:
-        print(f"unscored (reference >= {threshold * 1e3:g} ms, but under that beyond its null program): " + ", ".join(
-            f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" for t, r, b in unscored))
+        long = [u for u in unscored if u[1] >= 1e-3]
+        print(f"{len(unscored)} unscored though the reference takes >= {threshold * 1e3:g} ms (under that beyond its "
+              f"null program){'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
+                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" for t, r, b in long))
     if not rows:
         print(f"no problem with a reference of {threshold * 1e3:g} ms or more beyond its null program")
         return

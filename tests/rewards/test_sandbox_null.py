@@ -4,10 +4,9 @@ timing runs see the same inputs every time."""
 
 from __future__ import annotations
 
-import marshal
-
 from mrgrpo.rewards.code import CodeExecutor, _disturbed, efficiency
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, run, run_alone
+from mrgrpo.rewards.sandbox.child.wire import decode, encode
 from mrgrpo.rewards.sandbox.null import null_program
 from mrgrpo.rewards.sandbox.results import _read_report
 
@@ -42,7 +41,7 @@ def recorded(job: Job) -> bytes:
 def test_the_null_program_replays_the_reference_on_random_inputs():
     job = Job(REFERENCE, RANDOM_TESTS, "humaneval", "f", LIMITS)
     record = recorded(job)
-    answers, replies = marshal.loads(record)
+    answers, replies = decode(record)
     assert dict(answers) == {"LIMIT": ("v", 1000), "f": ("f", "")}
     assert len(replies) == 21 and replies[-1] == (False, ("ValueError", "negative"))
     null = null_job(job, record)
@@ -85,8 +84,8 @@ def test_the_stdio_null_program_prints_each_case_output():
 def test_unreplayable_records_give_no_null_program():
     job = Job(REFERENCE, RANDOM_TESTS, "humaneval", "f", LIMITS)
     assert null_job(job, None) is None
-    assert null_program(job, b"not marshal") is None
-    bad_name = marshal.dumps(((("os.system", ("f", "")),), ()))
+    assert null_program(job, b"not plain data") is None
+    bad_name = encode(((("os.system", ("f", "")),), ()))
     assert null_program(job, bad_name) is None
 
 

@@ -5,7 +5,8 @@ the sandbox's, the same for every program: serving each request (decoding the ar
 call, encoding the reply) and loading (the trusted context's imports and definitions, which
 every completion is assembled after). The *null program* pays exactly that and nothing else:
 it is built by the caller from what a passing reference answered in a recording run
-(``Result.record``, decoded by the judge), defines the same names, and answers every call
+(``Result.record``: decoded by the judge, sent in the plain-data wire format, read here with
+its restricted decoder), defines the same names, and answers every call
 with the reference's recorded answer, in order, so the judge makes the same calls with the
 same arguments (timing runs seed the judge's ``random``) and every reply encodes as the
 reference's did. Its time, ``t_null``, is what ``mrgrpo.rewards.code.efficiency`` subtracts
@@ -17,6 +18,7 @@ from __future__ import annotations
 import keyword
 import marshal
 
+from mrgrpo.rewards.sandbox.child.wire import Budget, WireError, decode
 from mrgrpo.rewards.sandbox.results import Job
 
 _HEADER = """
@@ -56,9 +58,11 @@ def _name_ok(name: object) -> bool:
 def null_program(job: Job, record: bytes) -> str | None:
     """The null program's source for ``job`` (the reference's) from its run's ``record``;
     ``None`` where the record cannot be replayed."""
-    try:
-        answers, replies = marshal.loads(record)
-    except (EOFError, ValueError, TypeError):
+    try:  # the judge's record, read with the restricted decoder: plain data only, bounded work
+        answers, replies = decode(record, Budget(1 << 22, 2 * 10**9))
+    except (WireError, TypeError, ValueError):
+        return None
+    if type(answers) is not tuple:
         return None
     if type(replies) is not tuple or not all(type(r) is tuple and len(r) == 2 for r in replies):
         return None

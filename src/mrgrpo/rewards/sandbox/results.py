@@ -102,8 +102,8 @@ class Result:
         stdout, stderr: the program's captured output, each capped at ``Limits.output_bytes``.
         returncode: the candidate's exit status (negative: killed by that signal).
         record: for a recording run (:func:`mrgrpo.rewards.sandbox.run_alone` with ``record``):
-            what the program answered, as the judge decoded it (marshalled: the names it
-            defines, then each call's value or exception, in order), from which
+            what the program answered, as the judge decoded it (in the plain-data wire format:
+            the names it defines, then each call's value or exception, in order), from which
             :func:`mrgrpo.rewards.sandbox.null_job` builds the problem's null program; ``None``
             otherwise, or where an answer could not be kept.
         isolation: the layers in force in the candidate, e.g.

@@ -409,14 +409,13 @@ RECORD_BYTES = 256 * 1024
 
 
 def _report_record(report, link):
-    """``record <hex>``: the marshalled record of a recording run (see :class:`_Link`), if kept."""
-    import marshal
-
+    """``record <hex>``: the record of a recording run (see :class:`_Link`) in the wire format,
+    if kept (values nested too deep to carry in it are dropped with the record)."""
     if link.record is None:
         return
     try:
-        data = marshal.dumps((tuple(link.record[0]), tuple(link.record[1])))
-    except (ValueError, TypeError):  # pragma: no cover - decoded plain data always marshals
+        data = encode((tuple(link.record[0]), tuple(link.record[1])))
+    except NotPlainData:
         return
     if len(data) <= RECORD_BYTES:
         report(b"record " + data.hex().encode("ascii"))
