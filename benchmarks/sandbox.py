@@ -141,7 +141,7 @@ def _scored(reference, null, program, threshold: float) -> float | None:
     from mrgrpo.rewards.code import efficiency
 
     base = null.best if null.best is not None else 0.0
-    if reference.best is None or reference.best - base < threshold:
+    if reference.best is None or reference.best - base < threshold or program.disturbed:
         return None
     return efficiency(program.best, reference.best, base)
 
@@ -192,7 +192,7 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
               f"{ref.worst * 1e3:7.2f}; {ref.clock}), null {base * 1e3:5.2f} ms (median "
               f"{(null.median or 0) * 1e3:5.2f})  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
               f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]"
-              f"{f'  ({dropped} trials unscored)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
+              f"{f'  ({dropped} trials unscored: under the floor, or disturbed)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)
     if unscored:
         long = [u for u in unscored if u[1] >= 1e-3]

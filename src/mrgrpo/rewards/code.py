@@ -52,6 +52,7 @@ runs every uncached program of a batch (and uncached references) in one ``run_ma
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import json
 import re
@@ -209,7 +210,8 @@ class Timing:
     judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
     ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
     ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
-    repeat did not pass."""
+    repeat did not pass. ``disturbed``: a program's timing whose window stayed disturbed (the
+    reference's runs alongside all slow) through every extra round: efficiency abstains."""
 
     best: float | None
     median: float | None
@@ -217,6 +219,7 @@ class Timing:
     repeats: int
     clock: str = "cpu"
     times: tuple[float, ...] = ()
+    disturbed: bool = False
 
     @classmethod
     def of(cls, results: Sequence[Result]) -> Timing:
@@ -368,7 +371,9 @@ class CodeExecutor:
         The program's ``timing_repeats`` runs alternate with as many new runs of its reference
         and of the null program, all alone, so the three are timed under the same conditions; the
         cached timings of the reference and the null program take the new runs in (their best
-        only ever falls towards the uncontended time)."""
+        only ever falls towards the uncontended time). A window whose reference runs were all
+        slower than the reference's median so far gets up to ``extra_repeats`` more rounds; still
+        all slower after them, the program's timing is ``disturbed`` (efficiency abstains)."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -378,7 +383,7 @@ class CodeExecutor:
                     todo[key] = (ref, gen, *self._null_of(ref))
             for key, (ref, gen, null_key, null) in todo.items():
                 ref_key = (True, *_job_key(ref))
-                before = self._timings[ref_key].best if ref_key in self._timings else None
+                before = self._timings.get(ref_key)
                 got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
                 kinds = ("null", "ref", "gen") if null is not None else ("ref", "gen")
                 jobs = {"null": null, "ref": ref, "gen": gen}
@@ -394,7 +399,7 @@ class CodeExecutor:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
-                self._timings[key] = Timing.of(got["gen"])
+                self._timings[key] = dataclasses.replace(Timing.of(got["gen"]), disturbed=_disturbed(got["ref"], before))
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
@@ -406,18 +411,21 @@ class CodeExecutor:
         return out  # type: ignore[return-value]
 
 
-#: A timing window whose reference runs all took more than this factor of the reference's best
-#: so far ran under disturbed conditions (another process sharing the core): it gets more rounds.
-DISTURBED = 1.10
+#: References faster than this are not judged for disturbed windows: runs this short spread in
+#: steps (which hardware thread, what its sibling runs) far wider than any slowdown.
+DISTURBANCE_MIN_S = 1e-3
 
 
-def _disturbed(results: Sequence[Result], best: float | None) -> bool:
-    """The reference's runs of this window (all passing, CPU clock) all exceed ``DISTURBED`` x its
-    best before the window: the machine slowed every run of the window down."""
+def _disturbed(results: Sequence[Result], history: Timing | None) -> bool:
+    """Every reference run of this window (all passing, CPU clock) was slower than the median of
+    the reference's runs before it (a reference of at least :data:`DISTURBANCE_MIN_S`): the
+    machine slowed the whole window down (under steady conditions 3 runs all land above the
+    median 1 time in 8, 6 runs 1 in 64)."""
     times = [r.cpu_time for r in results]
-    if best is None or not times or not all(r.passed for r in results) or None in times:
+    if (history is None or history.median is None or history.best is None or history.best < DISTURBANCE_MIN_S
+            or not times or not all(r.passed for r in results) or None in times):
         return False
-    return min(times) > DISTURBED * best  # type: ignore[type-var]
+    return min(times) > history.median  # type: ignore[type-var]
 
 
 def _base(null: Timing, reference: Timing) -> float:
@@ -546,7 +554,7 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
             for i, (r, n, g) in zip(resolved, timings):
                 if g.best is not None and g.clock != r.clock:  # pragma: no cover - /proc readable for one only
                     g = Timing(None, None, None, g.repeats)
-                if not state.resolves(r, n):  # the fresh runs say it is not resolvable
+                if not state.resolves(r, n) or g.disturbed:  # not resolvable by the fresh runs, or no fair window
                     continue
                 out[i] = efficiency(g.best, r.best, _base(n, r))  # a repeat that failed (g.best None) scores 0
         return out
