@@ -4,7 +4,7 @@ timing runs see the same inputs every time."""
 
 from __future__ import annotations
 
-from mrgrpo.rewards.code import CodeExecutor, Timing, _disturbed, efficiency
+from mrgrpo.rewards.code import CodeExecutor, Timing, _fair_rounds, efficiency
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, run, run_alone
 from mrgrpo.rewards.sandbox.child.wire import decode, encode
 from mrgrpo.rewards.sandbox.null import null_program
@@ -126,22 +126,24 @@ def test_the_executor_times_the_null_program_per_problem():
     assert g.best is not None and r.best >= n.best
 
 
-def test_a_window_is_disturbed_when_every_reference_run_is_slower_than_its_median():
+def test_fair_rounds_are_those_whose_reference_ran_near_its_best():
     def runs(*times):
         return [Result(Verdict.PASSED, cpu_time=t) for t in times]
 
-    history = Timing.from_times((0.010, 0.011, 0.012, 0.016, 0.017), "cpu")  # median 0.012
-    assert _disturbed(runs(0.0125, 0.013, 0.020), history)  # all above the median: more rounds
-    assert not _disturbed(runs(0.0125, 0.0115, 0.020), history)  # one run at or under it: a fair window
-    assert not _disturbed(runs(0.02), None)  # no history yet
-    assert not _disturbed([Result(Verdict.FAILED, cpu_time=0.02)], history)  # a failing run ends the timing
+    history = Timing.from_times((0.010, 0.011, 0.016), "cpu")  # best 10 ms
+    assert _fair_rounds(runs(0.0105, 0.013, 0.0109), history) == [0, 2]  # within 10% of the best
+    assert _fair_rounds(runs(0.0125, 0.013, 0.020), history) == []  # the machine slowed every round
+    assert _fair_rounds(runs(0.009, 0.0098, 0.012), history) == [0, 1]  # the best falls with the window
+    assert _fair_rounds(runs(0.02), None) == [0]  # nothing to judge by: every round counts
+    assert _fair_rounds(runs(0.0009, 0.002), Timing.from_times((0.0005,), "cpu")) == [0, 1]  # under 1 ms
+    assert _fair_rounds([Result(Verdict.FAILED, cpu_time=0.02)], history) == [0]  # the failure decides
 
 
 def test_a_program_timed_in_a_window_slowed_throughout_is_not_scored(monkeypatch):
     import mrgrpo.rewards.code as code
     from mrgrpo.rewards import get_suite
 
-    monkeypatch.setattr(code, "_disturbed", lambda results, best: True)  # every window: slowed throughout
+    monkeypatch.setattr(code, "_fair_rounds", lambda results, history: [])  # every round slowed down
     suite = get_suite("code", components=("efficiency",), min_reference_s=0.0)
     heavy = "def check(candidate):\n    assert candidate(100000) == %d\n" % sum(range(100000))
     reference = "def f(n):\n    t = 0\n    for i in range(n):\n        t += i\n    return t\n"

@@ -210,8 +210,8 @@ class Timing:
     judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
     ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
     ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
-    repeat did not pass. ``disturbed``: a program's timing whose window stayed disturbed (the
-    reference's runs alongside all slow) through every extra round: efficiency abstains."""
+    repeat did not pass. ``disturbed``: a program's timing with no fair round (every reference
+    run alongside it slowed down) through every extra round: efficiency abstains."""
 
     best: float | None
     median: float | None
@@ -371,9 +371,10 @@ class CodeExecutor:
         The program's ``timing_repeats`` runs alternate with as many new runs of its reference
         and of the null program, all alone, so the three are timed under the same conditions; the
         cached timings of the reference and the null program take the new runs in (their best
-        only ever falls towards the uncontended time). A window whose reference runs were all
-        slower than the reference's median so far gets up to ``extra_repeats`` more rounds; still
-        all slower after them, the program's timing is ``disturbed`` (efficiency abstains)."""
+        only ever falls towards the uncontended time). A round is *fair* when its reference run
+        took at most :data:`FAIR` x the reference's best: the program's time is the minimum over
+        its runs of fair rounds; a window without one gets up to ``extra_repeats`` more rounds,
+        and without one after them the program's timing is ``disturbed`` (efficiency abstains)."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -388,7 +389,7 @@ class CodeExecutor:
                 kinds = ("null", "ref", "gen") if null is not None else ("ref", "gen")
                 jobs = {"null": null, "ref": ref, "gen": gen}
                 rounds = 0
-                while rounds < repeats or (rounds < repeats + self.extra_repeats and _disturbed(got["ref"], before)):
+                while rounds < repeats or (rounds < repeats + self.extra_repeats and not _fair_rounds(got["ref"], before)):
                     for kind, [result] in zip(kinds, run_alone([jobs[k] for k in kinds], 1, require_isolation=self.require_isolation,
                                                                 allow_unisolated=self.allow_unisolated)):
                         got[kind].append(result)
@@ -399,7 +400,11 @@ class CodeExecutor:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
-                self._timings[key] = dataclasses.replace(Timing.of(got["gen"]), disturbed=_disturbed(got["ref"], before))
+                fair = _fair_rounds(got["ref"], before)
+                timing = Timing.of(got["gen"])
+                if fair and timing.best is not None and len(fair) < rounds:  # the program's runs of fair rounds only
+                    timing = dataclasses.replace(Timing.of([got["gen"][i] for i in fair]), repeats=rounds)
+                self._timings[key] = dataclasses.replace(timing, disturbed=not fair)
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
@@ -411,21 +416,25 @@ class CodeExecutor:
         return out  # type: ignore[return-value]
 
 
-#: References faster than this are not judged for disturbed windows: runs this short spread in
-#: steps (which hardware thread, what its sibling runs) far wider than any slowdown.
-DISTURBANCE_MIN_S = 1e-3
+#: A round is fair when its reference run took at most this factor of the reference's best.
+FAIR = 1.10
+#: References faster than this are not judged for fair rounds: runs this short spread in steps
+#: (which CPU, what else it runs) far wider than any slowdown; every round counts.
+FAIRNESS_MIN_S = 1e-3
 
 
-def _disturbed(results: Sequence[Result], history: Timing | None) -> bool:
-    """Every reference run of this window (all passing, CPU clock) was slower than the median of
-    the reference's runs before it (a reference of at least :data:`DISTURBANCE_MIN_S`): the
-    machine slowed the whole window down (under steady conditions 3 runs all land above the
-    median 1 time in 8, 6 runs 1 in 64)."""
+def _fair_rounds(results: Sequence[Result], history: Timing | None) -> list[int]:
+    """Indices of this window's rounds whose reference run took at most :data:`FAIR` x the
+    reference's best (its runs before the window and in it): rounds the machine did not slow
+    down. Every round where there is nothing to judge by (no history, a reference under
+    :data:`FAIRNESS_MIN_S`, a failed run or no CPU clock)."""
     times = [r.cpu_time for r in results]
-    if (history is None or history.median is None or history.best is None or history.best < DISTURBANCE_MIN_S
-            or not times or not all(r.passed for r in results) or None in times):
-        return False
-    return min(times) > history.median  # type: ignore[type-var]
+    everything = list(range(len(results)))
+    if (history is None or history.best is None or history.best < FAIRNESS_MIN_S or not times
+            or not all(r.passed for r in results) or None in times):
+        return everything
+    best = min(history.best, *times)  # type: ignore[type-var]
+    return [i for i, t in enumerate(times) if t <= FAIR * best]  # type: ignore[operator]
 
 
 def _base(null: Timing, reference: Timing) -> float:
