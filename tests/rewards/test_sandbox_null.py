@@ -4,7 +4,7 @@ timing runs see the same inputs every time."""
 
 from __future__ import annotations
 
-from mrgrpo.rewards.code import CodeExecutor, Timing, _fair_rounds, efficiency
+from mrgrpo.rewards.code import CodeExecutor, Timing, _disturbed, _runs_needed, efficiency
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, run, run_alone
 from mrgrpo.rewards.sandbox.child.wire import decode, encode
 from mrgrpo.rewards.sandbox.null import null_program
@@ -122,28 +122,30 @@ def test_the_executor_times_the_null_program_per_problem():
     copy = Job(reference.program + "# copy\n", heavy, "humaneval", "f", LIMITS)
     r, n, g = executor.time_against([(reference, copy)])[0]
     assert 2 <= n.repeats - null.repeats <= 2 + executor.extra_repeats  # re-timed alongside, like the reference
-    assert n.repeats - null.repeats == r.repeats - ref.repeats == g.repeats
+    assert n.repeats - null.repeats == r.repeats - ref.repeats - 1 == g.repeats
     assert g.best is not None and r.best >= n.best
 
 
-def test_fair_rounds_are_those_whose_reference_ran_near_its_best():
+def test_programs_get_more_runs_where_the_machine_slows_runs_down():
     def runs(*times):
         return [Result(Verdict.PASSED, cpu_time=t) for t in times]
 
-    history = Timing.from_times((0.010, 0.011, 0.016), "cpu")  # best 10 ms
-    assert _fair_rounds(runs(0.0105, 0.013, 0.0109), history) == [0, 2]  # within 10% of the best
-    assert _fair_rounds(runs(0.0125, 0.013, 0.020), history) == []  # the machine slowed every round
-    assert _fair_rounds(runs(0.009, 0.0098, 0.012), history) == [0, 1]  # the best falls with the window
-    assert _fair_rounds(runs(0.02), None) == [0]  # nothing to judge by: every round counts
-    assert _fair_rounds(runs(0.0009, 0.002), Timing.from_times((0.0005,), "cpu")) == [0, 1]  # under 1 ms
-    assert _fair_rounds([Result(Verdict.FAILED, cpu_time=0.02)], history) == [0]  # the failure decides
+    steady = Timing.from_times((0.0100, 0.0102, 0.0104, 0.0101), "cpu")
+    assert _runs_needed(runs(0.0101, 0.0103), steady, 3) == 3  # every run near the best
+    half = Timing.from_times((0.010, 0.016, 0.010, 0.016), "cpu")
+    assert _runs_needed(runs(0.010, 0.016), half, 3) == 5  # half slowed: 0.5^5 < 5% <= 0.5^4
+    assert _runs_needed(runs(0.02), None, 3) == 3  # nothing to judge by
+    assert _runs_needed(runs(0.0009), Timing.from_times((0.0005,), "cpu"), 3) == 3  # under 1 ms
+    assert _disturbed(runs(0.016, 0.017), half)  # no unslowed reference run in this window
+    assert not _disturbed(runs(0.016, 0.0105), half)
+    assert not _disturbed([Result(Verdict.FAILED, cpu_time=0.02)], half)  # the failure decides
 
 
 def test_a_program_timed_in_a_window_slowed_throughout_is_not_scored(monkeypatch):
     import mrgrpo.rewards.code as code
     from mrgrpo.rewards import get_suite
 
-    monkeypatch.setattr(code, "_fair_rounds", lambda results, history: [])  # every round slowed down
+    monkeypatch.setattr(code, "_disturbed", lambda window, history: True)  # every window slowed down
     suite = get_suite("code", components=("efficiency",), min_reference_s=0.0)
     heavy = "def check(candidate):\n    assert candidate(100000) == %d\n" % sum(range(100000))
     reference = "def f(n):\n    t = 0\n    for i in range(n):\n        t += i\n    return t\n"
@@ -152,4 +154,4 @@ def test_a_program_timed_in_a_window_slowed_throughout_is_not_scored(monkeypatch
     state = code.code_state(suite)
     assert suite.components[0](["p"], [reference + "# copy\n"], **columns) == [None]  # abstains
     timing = next(t for k, t in state.executor._timings.items() if k[0] is False)
-    assert timing.disturbed and timing.repeats == state.executor.timing_repeats + state.executor.extra_repeats
+    assert timing.disturbed

@@ -55,6 +55,7 @@ import ast
 import dataclasses
 import difflib
 import json
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -210,8 +211,8 @@ class Timing:
     judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
     ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
     ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
-    repeat did not pass. ``disturbed``: a program's timing with no fair round (every reference
-    run alongside it slowed down) through every extra round: efficiency abstains."""
+    repeat did not pass. ``disturbed``: a program's timing made in a window where every
+    reference run alongside was slowed down: efficiency abstains."""
 
     best: float | None
     median: float | None
@@ -260,7 +261,7 @@ class CodeExecutor:
         allow_unisolated: bool | None = None,
         timing_repeats: int = 3,
         reference_repeats: int = 7,
-        extra_repeats: int = 3,
+        extra_repeats: int = 6,
     ):
         self.limits = limits or Limits()
         self.extra_repeats = extra_repeats
@@ -368,13 +369,13 @@ class CodeExecutor:
         Timing)`` (the null program's: see :meth:`nulls`; call :meth:`timings` with
         ``reference=True`` first, which records what the null program replays).
 
-        The program's ``timing_repeats`` runs alternate with as many new runs of its reference
-        and of the null program, all alone, so the three are timed under the same conditions; the
+        The program's ``timing_repeats`` runs alternate with new runs of its reference (one more:
+        before the first and after each) and of the null program, all alone, so the three are timed under the same conditions; the
         cached timings of the reference and the null program take the new runs in (their best
-        only ever falls towards the uncontended time). A round is *fair* when its reference run
-        took at most :data:`FAIR` x the reference's best: the program's time is the minimum over
-        its runs of fair rounds; a window without one gets up to ``extra_repeats`` more rounds,
-        and without one after them the program's timing is ``disturbed`` (efficiency abstains)."""
+        only ever falls towards the uncontended time). Where the reference's runs show that the
+        machine slows runs down (more than :data:`FAIR` x its best), the program gets more rounds
+        (up to ``extra_repeats`` more: :func:`_runs_needed`); a window in which no reference run
+        was unslowed marks the program's timing ``disturbed`` (efficiency abstains)."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -386,25 +387,27 @@ class CodeExecutor:
                 ref_key = (True, *_job_key(ref))
                 before = self._timings.get(ref_key)
                 got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
-                kinds = ("null", "ref", "gen") if null is not None else ("ref", "gen")
                 jobs = {"null": null, "ref": ref, "gen": gen}
-                rounds = 0
-                while rounds < repeats or (rounds < repeats + self.extra_repeats and not _fair_rounds(got["ref"], before)):
+
+                def timed(*kinds: str) -> None:
+                    kinds = tuple(k for k in kinds if jobs[k] is not None)
                     for kind, [result] in zip(kinds, run_alone([jobs[k] for k in kinds], 1, require_isolation=self.require_isolation,
                                                                 allow_unisolated=self.allow_unisolated)):
                         got[kind].append(result)
                     self.timed_runs += len(kinds)
-                    rounds += 1
+
+                # the reference, then rounds of (program, null program, reference), as many as it
+                # takes for the program's minimum to include an unslowed run (_runs_needed)
+                timed("ref")
+                cap = repeats + self.extra_repeats
+                while len(got["gen"]) < min(cap, _runs_needed(got["ref"], before, repeats)):
+                    timed("gen", "null", "ref")
                 for cached_key, kind in ((ref_key, "ref"), (null_key, "null")):
                     if got[kind]:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
-                fair = _fair_rounds(got["ref"], before)
-                timing = Timing.of(got["gen"])
-                if fair and timing.best is not None and len(fair) < rounds:  # the program's runs of fair rounds only
-                    timing = dataclasses.replace(Timing.of([got["gen"][i] for i in fair]), repeats=rounds)
-                self._timings[key] = dataclasses.replace(timing, disturbed=not fair)
+                self._timings[key] = dataclasses.replace(Timing.of(got["gen"]), disturbed=_disturbed(got["ref"], before))
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
@@ -416,25 +419,47 @@ class CodeExecutor:
         return out  # type: ignore[return-value]
 
 
-#: A round is fair when its reference run took at most this factor of the reference's best.
+#: A reference run is *unslowed* when it took at most this factor of the reference's best.
 FAIR = 1.10
-#: References faster than this are not judged for fair rounds: runs this short spread in steps
-#: (which CPU, what else it runs) far wider than any slowdown; every round counts.
+#: The chance, as the reference's runs estimate it, that every run of a program was slowed down
+#: (so that its minimum is not its unslowed time) that the number of rounds keeps under.
+MISS = 0.05
+#: References faster than this are not judged for slowdowns: runs this short spread in steps far
+#: wider than any slowdown; the program gets ``timing_repeats`` runs, and no window abstains.
 FAIRNESS_MIN_S = 1e-3
 
 
-def _fair_rounds(results: Sequence[Result], history: Timing | None) -> list[int]:
-    """Indices of this window's rounds whose reference run took at most :data:`FAIR` x the
-    reference's best (its runs before the window and in it): rounds the machine did not slow
-    down. Every round where there is nothing to judge by (no history, a reference under
-    :data:`FAIRNESS_MIN_S`, a failed run or no CPU clock)."""
-    times = [r.cpu_time for r in results]
-    everything = list(range(len(results)))
+def _reference_times(window: Sequence[Result], history: Timing | None) -> list[float] | None:
+    times = [r.cpu_time for r in window]
     if (history is None or history.best is None or history.best < FAIRNESS_MIN_S or not times
-            or not all(r.passed for r in results) or None in times):
-        return everything
-    best = min(history.best, *times)  # type: ignore[type-var]
-    return [i for i, t in enumerate(times) if t <= FAIR * best]  # type: ignore[operator]
+            or not all(r.passed for r in window) or None in times):
+        return None
+    return list(history.times) + times  # type: ignore[arg-type]
+
+
+def _runs_needed(window: Sequence[Result], history: Timing | None, repeats: int) -> int:
+    """How many runs the program needs so that, if its runs are slowed down as often as the
+    reference's are (the share of the reference's runs, before and in this window, over
+    :data:`FAIR` x its best), all of them are slowed with a chance under :data:`MISS`; at least
+    ``repeats``."""
+    times = _reference_times(window, history)
+    if times is None:
+        return repeats
+    best = min(times)
+    unslowed = sum(t <= FAIR * best for t in times) / len(times)
+    if unslowed >= 1.0:
+        return repeats
+    return max(repeats, math.ceil(math.log(MISS) / math.log(1.0 - unslowed)))
+
+
+def _disturbed(window: Sequence[Result], history: Timing | None) -> bool:
+    """No reference run of this window was unslowed (within :data:`FAIR` x the reference's best):
+    the machine slowed the whole window down, so the program's runs cannot be compared."""
+    times = _reference_times(window, history)
+    if times is None:
+        return False
+    best = min(times)
+    return all(t > FAIR * best for t in times[len(times) - len(window):])
 
 
 def _base(null: Timing, reference: Timing) -> float:
