@@ -21,7 +21,7 @@ for every HumanEval problem, the reference (the canonical solution) is timed as 
 times it (``reference_repeats`` runs alone, CPU time, minimum), and so is its null program (the
 harness's own cost on that problem: ``mrgrpo.rewards.sandbox.null``); where the reference takes
 at least ``min_reference_s`` beyond the null program, an exact copy is scored ``--trials`` times
-(each trial: a fresh timing of ``timing_repeats`` runs; its efficiency against the
+(each trial: a fresh timing of ``timing_repeats`` runs or more; its efficiency against the
 reference's) and so is the canonical solution against a reference doing the work twice (the
 function called twice: an algorithm exactly twice as fast as its reference).
 
@@ -154,7 +154,8 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
     fast_trials = fast_trials or max(3, trials // 4)
     print(f"efficiency noise: {len(problems)} problems, {trials} trials of a copy and {fast_trials} of a 2x faster "
           f"program per scored problem; reference and null program min of {executor.reference_repeats} runs, "
-          f"candidate min of {executor.timing_repeats}; load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"candidate min of {executor.timing_repeats} or more (up to {executor.timing_repeats + executor.extra_repeats} where "
+          f"runs are slowed down); load average {os.getloadavg()[0]:.1f}", flush=True)
     rows, unscored = [], []
     for problem in problems:
         reference = problem["prompt"] + problem["canonical_solution"]
