@@ -35,10 +35,12 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 reply (the judge's wall clock where ``/proc`` is unreadable); ``t_null`` the
                 harness's share of it, the time of the problem's *null program* (trusted,
                 replaying the reference's answers: ``mrgrpo.rewards.sandbox.null``); ``t_gen``
-                the minimum over 3 runs, ``t_ref`` and ``t_null`` over 7 runs plus 3
-                alternating with each program's (cached per problem), each run alone (no
-                other sandbox run in flight). ``None`` without a passing reference or when
-                ``t_ref - t_null`` < ``min_reference_s`` (1 ms); see docs/sandbox.md for the noise
+                the minimum over 3 runs (more where the machine slows runs down), ``t_ref``
+                and ``t_null`` over 7 runs plus those alternating with each program's (cached
+                per problem), each run alone (no other sandbox run in flight). ``None``
+                without a passing reference, when ``t_ref - t_null`` < ``min_reference_s``
+                (1 ms), or when every reference run alongside the program's was slowed down;
+                see docs/sandbox.md for the noise
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -312,8 +314,8 @@ class CodeExecutor:
                 if key not in self._timings and key not in todo:
                     todo[key] = job
             if todo:
-                runs = run_alone(list(todo.values()), repeats, record=reference, require_isolation=self.require_isolation,
-                                 allow_unisolated=self.allow_unisolated)
+                runs = run_alone(list(todo.values()), repeats, record=reference,
+                                 require_isolation=self.require_isolation, allow_unisolated=self.allow_unisolated)
                 self.timed_runs += repeats * len(todo)
                 for key, results in zip(todo, runs):
                     self._timings[key] = Timing.of(results)
@@ -341,8 +343,8 @@ class CodeExecutor:
                     todo[key] = null
             runnable = {key: job for key, job in todo.items() if job is not None}
             if runnable:
-                runs = run_alone(list(runnable.values()), self.reference_repeats, require_isolation=self.require_isolation,
-                                 allow_unisolated=self.allow_unisolated)
+                runs = run_alone(list(runnable.values()), self.reference_repeats,
+                                 require_isolation=self.require_isolation, allow_unisolated=self.allow_unisolated)
                 self.timed_runs += self.reference_repeats * len(runnable)
                 for key, results in zip(runnable, runs):
                     self._timings[key] = Timing.of(results)
@@ -370,12 +372,13 @@ class CodeExecutor:
         ``reference=True`` first, which records what the null program replays).
 
         The program's ``timing_repeats`` runs alternate with new runs of its reference (one more:
-        before the first and after each) and of the null program, all alone, so the three are timed under the same conditions; the
-        cached timings of the reference and the null program take the new runs in (their best
-        only ever falls towards the uncontended time). Where the reference's runs show that the
-        machine slows runs down (more than :data:`FAIR` x its best), the program gets more rounds
-        (up to ``extra_repeats`` more: :func:`_runs_needed`); a window in which no reference run
-        was unslowed marks the program's timing ``disturbed`` (efficiency abstains)."""
+        before the first and after each) and of the null program, all alone, so the three are
+        timed under the same conditions; the cached timings of the reference and the null
+        program take the new runs in (their best only ever falls towards the uncontended time).
+        Where the reference's runs show that the machine slows runs down (more than :data:`FAIR`
+        x its best), the program gets more rounds (up to ``extra_repeats`` more:
+        :func:`_runs_needed`); a window in which no reference run was unslowed marks the
+        program's timing ``disturbed`` (efficiency abstains)."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -389,10 +392,11 @@ class CodeExecutor:
                 got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
                 jobs = {"null": null, "ref": ref, "gen": gen}
 
-                def timed(*kinds: str) -> None:
-                    kinds = tuple(k for k in kinds if jobs[k] is not None)
-                    for kind, [result] in zip(kinds, run_alone([jobs[k] for k in kinds], 1, require_isolation=self.require_isolation,
-                                                                allow_unisolated=self.allow_unisolated)):
+                def timed(*wanted: str) -> None:
+                    kinds = [k for k in wanted if jobs[k] is not None]
+                    runs = run_alone([jobs[k] for k in kinds], 1, require_isolation=self.require_isolation,
+                                     allow_unisolated=self.allow_unisolated)
+                    for kind, [result] in zip(kinds, runs):
                         got[kind].append(result)
                     self.timed_runs += len(kinds)
 
@@ -402,12 +406,15 @@ class CodeExecutor:
                 cap = repeats + self.extra_repeats
                 while len(got["gen"]) < min(cap, _runs_needed(got["ref"], before, repeats)):
                     timed("gen", "null", "ref")
+                    if not got["gen"][-1].passed:  # a failed run decides: efficiency 0
+                        break
                 for cached_key, kind in ((ref_key, "ref"), (null_key, "null")):
                     if got[kind]:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
-                self._timings[key] = dataclasses.replace(Timing.of(got["gen"]), disturbed=_disturbed(got["ref"], before))
+                disturbed = _disturbed(got["ref"], before)
+                self._timings[key] = dataclasses.replace(Timing.of(got["gen"]), disturbed=disturbed)
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
@@ -644,6 +651,7 @@ def code_suite(
     timing_repeats: int = 3,
     reference_repeats: int = 7,
     min_reference_s: float = 1e-3,
+    extra_repeats: int = 6,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
@@ -655,13 +663,13 @@ def code_suite(
     raised here, before training, unless ``allow_unisolated`` (or the environment variable
     ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
     ``require_isolation`` also refuses a sandbox without a private root (namespaces).
-    ``timing_repeats``, ``reference_repeats``, ``min_reference_s``: the efficiency timing (see
+    ``timing_repeats``, ``reference_repeats``, ``extra_repeats``, ``min_reference_s``: the efficiency timing (see
     the module docstring and docs/sandbox.md).
     """
     components = tuple(components)
     executor = CodeExecutor(
         _limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated,
-        timing_repeats, reference_repeats,
+        timing_repeats, reference_repeats, extra_repeats,
     )
     if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
         probe(require_isolation=require_isolation, allow_unisolated=allow_unisolated)

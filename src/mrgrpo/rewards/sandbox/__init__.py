@@ -135,7 +135,9 @@ def _stdio_pairs(tests: Iterable) -> list[tuple[str, str]]:
 TIMING_SEED = 0
 
 
-def _payloads(job: Job, workdir: str, uid: int, minimum: str, timing: bool = False, record: bool = False) -> tuple[dict, dict, int]:
+def _payloads(
+    job: Job, workdir: str, uid: int, minimum: str, timing: bool = False, record: bool = False
+) -> tuple[dict, dict, int]:
     """(judge's job, candidate's job, number of cases). Raises ValueError/SyntaxError for bad tests."""
     limits = job.limits
     judge = {
