@@ -206,7 +206,7 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
     ok = sum(r[2] >= 0.95 for r in rows)
     halves = [r[4] for r in rows]
     in_band = sum(0.4 <= h <= 0.6 for h in halves)
-    print(f"scored problems (reference >= {threshold * 1e3:g} ms beyond its null program): {len(rows)}; copy <= 0.10 in >= 95% of trials "
+    print(f"problems with a reference >= {threshold * 1e3:g} ms beyond its null program (scored): {len(rows)}; copy <= 0.10 in >= 95% of trials "
           f"on {ok}/{len(rows)} (worst problem: {min(r[2] for r in rows):.0%}); 2x faster median efficiency in "
           f"[0.4, 0.6] on {in_band}/{len(rows)} (median of medians {sorted(halves)[len(halves) // 2]:.2f}); "
           f"{executor.timed_runs} timing runs in all; load average at the end {os.getloadavg()[0]:.1f}")
