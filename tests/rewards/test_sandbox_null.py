@@ -82,6 +82,9 @@ def test_the_stdio_null_program_prints_each_case_output():
 
 
 def test_unreplayable_records_give_no_null_program():
+    big = "def check(candidate):\n    for n in range(3):\n        assert len(candidate(n)) == 200000\n"
+    [result] = run_alone([Job("def f(n):\n    return 'x' * 200000\n", big, "humaneval", "f", LIMITS)], 1, record=True)[0]
+    assert result.passed and result.record is None  # 600 KB of answers: over what a record keeps
     job = Job(REFERENCE, RANDOM_TESTS, "humaneval", "f", LIMITS)
     assert null_job(job, None) is None
     assert null_program(job, b"not plain data") is None

@@ -66,6 +66,7 @@ class _Link:
         # value or exception, in order) for the null program of efficiency timing; None: not
         # recording, or an answer the null program could not reproduce.
         self.record = None
+        self.recorded_bytes = 0
 
     def warm(self, cpu):
         """Untimed round trips before the timed part (the program is not loaded yet: only the
@@ -159,6 +160,10 @@ class _Link:
     def recorded(self, reply):
         """:meth:`value` of a reply, kept in :attr:`record`: ``(True, value)`` or, for an exception
         the candidate raised, ``(False, (name, message))``; anything else stops the recording."""
+        self.recorded_bytes += len(reply[1])
+        if self.recorded_bytes > RECORD_BYTES:  # too much to keep (the judge holds it until the end)
+            self.record = None
+            return self.value(*reply)
         try:
             value = self.value(*reply)
         except BaseException as error:
