@@ -18,14 +18,15 @@ refused at a time (namespaces, Landlock, seccomp), throughput against the full s
 
 With ``--efficiency`` it measures the efficiency reward's noise instead (see docs/sandbox.md):
 for every HumanEval problem, the reference (the canonical solution) is timed as the code suite
-times it (``reference_repeats`` runs alone, CPU time, minimum) and, where that is at least
-``min_reference_s``, an exact copy is scored ``--trials`` times (each trial: a fresh timing of
-``timing_repeats`` runs; its efficiency against the reference's) and so is the canonical
-solution against a reference doing the work twice (the function called twice: an algorithm
-exactly twice as fast as its reference).
+times it (``reference_repeats`` runs alone, CPU time, minimum), and so is its null program (the
+harness's own cost on that problem: ``mrgrpo.rewards.sandbox.null``); where the reference takes
+at least ``min_reference_s`` beyond the null program, an exact copy is scored ``--trials`` times
+(each trial: a fresh timing of ``timing_repeats`` runs or more; its efficiency against the
+reference's) and so is the canonical solution against a reference doing the work twice (the
+function called twice: an algorithm exactly twice as fast as its reference).
 
     python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers]
-    python benchmarks/sandbox.py --efficiency [--trials K] [--limit N]
+    python benchmarks/sandbox.py --efficiency [--trials K] [--fast-trials K] [--min-reference-ms M] [--limit N]
 """
 
 from __future__ import annotations
@@ -125,56 +126,90 @@ def round_trip_us(launcher: bool) -> float:
 
 
 def _doubled(problem: dict) -> str:
-    """The canonical program whose entry point does its work twice (on copies of the arguments)."""
+    """The canonical program whose entry point does its work twice (the first time on a copy of the
+    arguments, which are plain data: a marshal round trip, a microsecond, so that a solution
+    that changes its argument sees the original the second time)."""
     entry = problem["entry_point"]
-    return (problem["prompt"] + problem["canonical_solution"] + f"\n\nimport copy as _copy\n_once = {entry}\n\n"
-            f"def {entry}(*args, **kwargs):\n    _once(*_copy.deepcopy(args), **_copy.deepcopy(kwargs))\n"
+    return (problem["prompt"] + problem["canonical_solution"] + f"\n\nimport marshal as _marshal\n_once = {entry}\n\n"
+            f"def {entry}(*args, **kwargs):\n    _once(*_marshal.loads(_marshal.dumps(args)), **kwargs)\n"
             f"    return _once(*args, **kwargs)\n")
 
 
-def efficiency_noise(trials: int, limit: int | None) -> None:
-    from mrgrpo.rewards.code import CodeExecutor, efficiency
+def _scored(reference, null, program, threshold: float) -> float | None:
+    """Efficiency as the code suite scores it: ``None`` where the reference's time beyond its null
+    program is under ``threshold`` (``min_reference_s``) by the freshest runs."""
+    from mrgrpo.rewards.code import efficiency
+
+    base = null.best if null.best is not None else 0.0
+    if reference.best is None or reference.best - base < threshold or program.disturbed:
+        return None
+    return efficiency(program.best, reference.best, base)
+
+
+def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, threshold: float = 1e-3) -> None:
+    from mrgrpo.rewards.code import CodeExecutor
 
     executor = CodeExecutor(Limits(wall_s=20, cpu_s=20))
     problems = [p for p, _ in programs()[: len(programs()) // 2]][:limit]
-    print(f"efficiency noise: {len(problems)} problems, {trials} trials, reference min of {executor.reference_repeats} "
-          f"runs, candidate min of {executor.timing_repeats}; load average {os.getloadavg()[0]:.1f}", flush=True)
-    rows = []
+    fast_trials = fast_trials or max(3, trials // 4)
+    print(f"efficiency noise: {len(problems)} problems, {trials} trials of a copy and {fast_trials} of a 2x faster "
+          f"program per scored problem; reference and null program min of {executor.reference_repeats} runs, "
+          f"candidate min of {executor.timing_repeats} or more (up to {executor.timing_repeats + executor.extra_repeats} where "
+          f"runs are slowed down); load average {os.getloadavg()[0]:.1f}", flush=True)
+    rows, unscored = [], []
     for problem in problems:
         reference = problem["prompt"] + problem["canonical_solution"]
         job = Job(reference, problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
         ref = executor.timings([job], reference=True)[0]
-        if ref.best is None or ref.best < 1e-3:
+        null = executor.nulls([job])[0] if ref.best is not None else None
+        base = null.best if null is not None and null.best is not None else 0.0
+        if ref.best is None or ref.best - base < threshold:
+            if ref.best is not None and ref.best >= threshold:
+                unscored.append((problem["task_id"], ref.best, base))
             continue
         copies = []
         for trial in range(trials):  # a copy that differs by a comment: a new program for the cache, same algorithm
             copy = Job(reference + f"\n# trial {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            r, g = executor.time_against([(job, copy)])[0]
-            copies.append(efficiency(g.best, r.best))
+            copies.append(_scored(*executor.time_against([(job, copy)])[0], threshold))
         doubled = Job(_doubled(problem), problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
-        slow = executor.timings([doubled], reference=True)[0]
+        executor.timings([doubled], reference=True)
+        executor.nulls([doubled])  # the same null program as the canonical's (same answers): shared
         fast = []
-        for trial in range(max(3, trials // 4)):
+        for trial in range(fast_trials):
             copy = Job(reference + f"\n# fast {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            r, g = executor.time_against([(doubled, copy)])[0]
-            fast.append(efficiency(g.best, r.best))
+            fast.append(_scored(*executor.time_against([(doubled, copy)])[0], threshold))
         ref = executor.timings([job], reference=True)[0]
+        null = executor.nulls([job])[0]
+        base = null.best if null.best is not None else 0.0
+        dropped = sum(e is None for e in copies + fast)
+        copies, fast = [e for e in copies if e is not None], [e for e in fast if e is not None]
+        if not copies or not fast:  # the fresh runs put it under the threshold: the suite leaves it unscored
+            unscored.append((problem["task_id"], ref.best, base))
+            continue
         within = sum(e <= 0.10 for e in copies) / len(copies)
-        rows.append((problem["task_id"], ref, within, max(copies), sorted(fast)[len(fast) // 2], min(fast), max(fast)))
+        half = sorted(fast)[len(fast) // 2]
+        rows.append((problem["task_id"], ref, within, max(copies), half, min(fast), max(fast)))
         print(f"{problem['task_id']:>14}  ref {ref.best * 1e3:7.2f} ms CPU (median {ref.median * 1e3:7.2f}, worst "
-              f"{ref.worst * 1e3:7.2f}; {ref.clock})  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
-              f"2x faster: median {rows[-1][4]:.2f} [{min(fast):.2f}, {max(fast):.2f}]  load {os.getloadavg()[0]:.1f}",
+              f"{ref.worst * 1e3:7.2f}; {ref.clock}), null {base * 1e3:5.2f} ms (median "
+              f"{(null.median or 0) * 1e3:5.2f})  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
+              f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]"
+              f"{f'  ({dropped} trials unscored: under the floor, or disturbed)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)
+    if unscored:
+        long = [u for u in unscored if u[1] >= 1e-3]
+        print(f"{len(unscored)} unscored though the reference takes >= {threshold * 1e3:g} ms (under that beyond its "
+              f"null program){'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
+                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" for t, r, b in long))
     if not rows:
-        print("no problem with a reference of 1 ms or more")
+        print(f"no problem with a reference of {threshold * 1e3:g} ms or more beyond its null program")
         return
     ok = sum(r[2] >= 0.95 for r in rows)
     halves = [r[4] for r in rows]
     in_band = sum(0.4 <= h <= 0.6 for h in halves)
-    print(f"problems with a reference >= 1 ms: {len(rows)}; copy <= 0.10 in >= 95% of trials on {ok}/{len(rows)} "
-          f"(worst problem: {min(r[2] for r in rows):.0%}); 2x faster median efficiency in [0.4, 0.6] on "
-          f"{in_band}/{len(rows)} (median of medians {sorted(halves)[len(halves) // 2]:.2f}); "
-          f"load average at the end {os.getloadavg()[0]:.1f}")
+    print(f"problems with a reference >= {threshold * 1e3:g} ms beyond its null program (scored): {len(rows)}; copy <= 0.10 in >= 95% of trials "
+          f"on {ok}/{len(rows)} (worst problem: {min(r[2] for r in rows):.0%}); 2x faster median efficiency in "
+          f"[0.4, 0.6] on {in_band}/{len(rows)} (median of medians {sorted(halves)[len(halves) // 2]:.2f}); "
+          f"{executor.timed_runs} timing runs in all; load average at the end {os.getloadavg()[0]:.1f}")
 
 
 def layer_costs(pairs, workers: int, timeout: float, launcher: bool) -> None:
@@ -203,10 +238,13 @@ def main() -> None:
     parser.add_argument("--layers", action="store_true", help="also cost each isolation layer")
     parser.add_argument("--efficiency", action="store_true", help="measure the efficiency reward's noise instead")
     parser.add_argument("--trials", type=int, default=20, help="efficiency trials per problem")
+    parser.add_argument("--fast-trials", type=int, default=None, help="2x-faster trials per problem (default trials/4, >= 3)")
+    parser.add_argument("--min-reference-ms", type=float, default=1.0,
+                        help="score problems whose reference takes this long beyond its null program (the suite's 1 ms)")
     parser.add_argument("--limit", type=int, default=None, help="first N problems only")
     args = parser.parse_args()
     if args.efficiency:
-        efficiency_noise(args.trials, args.limit)
+        efficiency_noise(args.trials, args.limit, args.fast_trials, args.min_reference_ms / 1e3)
         return
     launcher = not args.no_launcher
     pairs = programs()

@@ -519,7 +519,8 @@ def test_efficiency_pays_for_the_algorithm_not_for_tricks():
     scores = efficiency_of([HONEST, PRECOMPUTED, BURN_AT_LOAD, BURN_AT_LOAD])
     assert scores["pass"] == [1.0, 1.0, 0.0, 0.0]
     copy, precomputed, burner, _ = scores["efficiency"]
-    assert copy <= 0.2 and precomputed <= 0.2, scores  # precomputing scored 0.64-0.82 before loading was timed
+    # precomputing scored 0.64-0.82 before loading was timed (None: a window slowed throughout abstains)
+    assert all(e is None or e <= 0.2 for e in (copy, precomputed)), scores
     assert burner == 0.0
 
 
@@ -527,6 +528,7 @@ def test_an_algorithm_twice_as_fast_earns_one_half():
     copies = [HONEST + f"\n# copy {i}\n" for i in range(3)]  # three programs, three timings
     scores = efficiency_of(copies, reference=TWICE_THE_WORK)
     assert scores["pass"] == [1.0] * 3
-    # it earns credit, never more than its speed justifies (1/2 ideally; the fixed per-call cost of the
-    # timed requests pulls it lower on small problems: docs/sandbox.md, measured 0.11-0.56 per run here)
-    assert 0.0 < sorted(scores["efficiency"])[1] <= 0.7, scores
+    # 1/2: the harness's own cost (the null program's time) is subtracted from both sides, windows the
+    # machine slowed down get more rounds, and one slowed throughout abstains (None; docs/sandbox.md)
+    scored = sorted(e for e in scores["efficiency"] if e is not None)
+    assert scored and 0.3 <= scored[(len(scored) - 1) // 2] <= 0.7, scores

@@ -279,8 +279,11 @@ def test_every_privilege_mode(mode, workspace):
     assert bomb["error_type"] == "NotPlainData" and bomb["wall"] < 8.0, bomb  # bounded, the batch went on
     assert attacks[list(ATTACKS).index("extra-elements-late-done")]["error_type"] == "MalformedReply"
     copy, precomputed, burner = got["efficiency"]["tricks"]
-    assert copy <= 0.2 and precomputed <= 0.2 and burner == 0.0, got["efficiency"]  # nothing inflated (0.64-0.82 before)
-    # credit, never more than its speed justifies (median of 3; below 1/2 where per-call cost dominates)
-    assert 0.0 < sorted(got["efficiency"]["twice-as-fast"])[1] <= 0.7, got["efficiency"]
+    # nothing inflated (0.64-0.82 before; None: a timing window slowed throughout abstains)
+    assert all(e is None or e <= 0.2 for e in (copy, precomputed)) and burner == 0.0, got["efficiency"]
+    # 1/2 +- 0.2 (median of those scored; a timing window slowed throughout abstains): the algorithm's
+    # time, the harness's subtracted (docs/sandbox.md)
+    scored = sorted(e for e in got["efficiency"]["twice-as-fast"] if e is not None)
+    assert scored and 0.3 <= scored[(len(scored) - 1) // 2] <= 0.7, got["efficiency"]
     assert got["signals"] == []  # the caller never received a signal
     assert os.listdir(out) == []  # nothing written outside

@@ -29,12 +29,18 @@ pass            all tests passed, as judged by a process the program cannot reac
                 tricks and patched clocks cannot earn it)
 ast_similarity  ``difflib.SequenceMatcher`` ratio of the pre-order AST node-type sequences of
                 the entry-point function (whole module when absent) and the reference's
-efficiency      ``clip(1 - t_gen / t_ref, 0, 1)`` when passing (0 otherwise); ``t`` the CPU
-                time the kernel counts for the program from loading it to its last reply
-                (the judge's wall clock where ``/proc`` is unreadable); ``t_gen`` the minimum
-                over 3 runs, ``t_ref`` over 7 runs plus 3 alternating with each program's
-                (cached per problem), each run alone (no other sandbox run in flight). ``None`` without a passing reference or when
-                ``t_ref`` < ``min_reference_s`` (1 ms); see docs/sandbox.md for the noise
+efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when passing (0
+                otherwise): the share of the reference's own work the program saves. ``t``
+                the CPU time the kernel counts for a program from loading it to its last
+                reply (the judge's wall clock where ``/proc`` is unreadable); ``t_null`` the
+                harness's share of it, the time of the problem's *null program* (trusted,
+                replaying the reference's answers: ``mrgrpo.rewards.sandbox.null``); ``t_gen``
+                the minimum over 3 runs (more where the machine slows runs down), ``t_ref``
+                and ``t_null`` over 7 runs plus those alternating with each program's (cached
+                per problem), each run alone (no other sandbox run in flight). ``None``
+                without a passing reference, when ``t_ref - t_null`` < ``min_reference_s``
+                (1 ms), or when every reference run alongside the program's was slowed down;
+                see docs/sandbox.md for the noise
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -48,8 +54,10 @@ runs every uncached program of a batch (and uncached references) in one ``run_ma
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import json
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -58,7 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
-from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, probe, run_alone, run_many
+from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, probe, run_alone, run_many
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
 CODE_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -165,11 +173,17 @@ def ast_similarity(program: str, reference: str, entry_point: str | None = None)
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def efficiency(t_gen: float | None, t_ref: float | None) -> float:
-    """``clip(1 - t_gen / t_ref, 0, 1)``; 0 when either time is missing or ``t_ref`` is 0."""
-    if t_gen is None or not t_ref:
+def efficiency(t_gen: float | None, t_ref: float | None, t_null: float | None = None) -> float:
+    """``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)``: the share of the reference's own
+    work (its time beyond the harness's, ``t_null``; 0 when unknown) that the program saves. 0
+    when ``t_gen`` or ``t_ref`` is missing or the reference takes no longer than the harness."""
+    if t_gen is None or t_ref is None:
         return 0.0
-    return min(1.0, max(0.0, 1.0 - t_gen / t_ref))
+    base = t_null or 0.0
+    work = t_ref - base
+    if work <= 0:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 - (t_gen - base) / work))
 
 
 def _stdio_tests(test: Any) -> list:
@@ -199,7 +213,8 @@ class Timing:
     judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
     ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
     ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
-    repeat did not pass."""
+    repeat did not pass. ``disturbed``: a program's timing made in a window where every
+    reference run alongside was slowed down: efficiency abstains."""
 
     best: float | None
     median: float | None
@@ -207,6 +222,7 @@ class Timing:
     repeats: int
     clock: str = "cpu"
     times: tuple[float, ...] = ()
+    disturbed: bool = False
 
     @classmethod
     def of(cls, results: Sequence[Result]) -> Timing:
@@ -233,7 +249,8 @@ class CodeExecutor:
 
     Timing for ``efficiency`` is separate, every run alone (no other sandbox run of this
     process in flight: :func:`mrgrpo.rewards.sandbox.run_alone`) and cached: a reference is
-    first run ``reference_repeats`` times (:meth:`timings`), then a program ``timing_repeats``
+    first run ``reference_repeats`` times (:meth:`timings`), its null program as many times
+    (:meth:`nulls`: the harness's own cost on that problem), then a program ``timing_repeats``
     times alternating with as many new runs of its reference (:meth:`time_against`).
     """
 
@@ -246,14 +263,17 @@ class CodeExecutor:
         allow_unisolated: bool | None = None,
         timing_repeats: int = 3,
         reference_repeats: int = 7,
+        extra_repeats: int = 6,
     ):
         self.limits = limits or Limits()
+        self.extra_repeats = extra_repeats
         self.workers = workers
         self.require_isolation = require_isolation
         self.allow_unisolated = allow_unisolated
         self.timing_repeats = timing_repeats
         self.reference_repeats = reference_repeats
         self._timings: OrderedDict[tuple, Timing] = OrderedDict()
+        self._records: dict[tuple, bytes | None] = {}  # reference -> its recorded answers (for nulls)
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple, Result] = OrderedDict()
         self._lock = threading.Lock()
@@ -294,52 +314,164 @@ class CodeExecutor:
                 if key not in self._timings and key not in todo:
                     todo[key] = job
             if todo:
-                runs = run_alone(list(todo.values()), repeats, require_isolation=self.require_isolation,
-                                 allow_unisolated=self.allow_unisolated)
+                runs = run_alone(list(todo.values()), repeats, record=reference,
+                                 require_isolation=self.require_isolation, allow_unisolated=self.allow_unisolated)
                 self.timed_runs += repeats * len(todo)
                 for key, results in zip(todo, runs):
                     self._timings[key] = Timing.of(results)
+                    if reference:
+                        self._records[key] = next((r.record for r in results if r.record), None)
             out = []
             for key in keys:
                 self._timings.move_to_end(key)
                 out.append(self._timings[key])
-            while len(self._timings) > self.cache_size:
-                self._timings.popitem(last=False)
+            self._trim()
         return out
 
-    def time_against(self, pairs: Sequence[tuple[Job, Job]]) -> list[tuple[Timing, Timing]]:
-        """For ``(reference job, program job)`` pairs: ``(reference Timing, program Timing)``.
+    def nulls(self, references: Sequence[Job]) -> list[Timing]:
+        """The null program's :class:`Timing` per reference job (cached): the harness's cost on that
+        problem (:mod:`mrgrpo.rewards.sandbox.null`), timed like the reference
+        (``reference_repeats`` runs, alone); ``best`` is ``None`` where there is none (the
+        reference was not timed or did not pass, or its answers could not be replayed).
+        References with the same answers share one null program and its timing."""
+        with self._lock:
+            keys, todo = [], {}
+            for job in references:
+                key, null = self._null_of(job)
+                keys.append(key)
+                if key not in self._timings and key not in todo:
+                    todo[key] = null
+            runnable = {key: job for key, job in todo.items() if job is not None}
+            if runnable:
+                runs = run_alone(list(runnable.values()), self.reference_repeats,
+                                 require_isolation=self.require_isolation, allow_unisolated=self.allow_unisolated)
+                self.timed_runs += self.reference_repeats * len(runnable)
+                for key, results in zip(runnable, runs):
+                    self._timings[key] = Timing.of(results)
+            for key in todo:
+                self._timings.setdefault(key, Timing(None, None, None, 0))
+            out = []
+            for key in keys:
+                self._timings.move_to_end(key)
+                out.append(self._timings[key])
+            self._trim()
+        return out
 
-        The program's ``timing_repeats`` runs alternate with as many new runs of its reference,
-        all alone, so both are timed under the same conditions; the reference's cached timing
-        takes the new runs in (its best only ever falls towards the uncontended time)."""
+    def _trim(self) -> None:
+        while len(self._timings) > self.cache_size:
+            key, _ = self._timings.popitem(last=False)
+            self._records.pop(key, None)
+
+    def _null_of(self, reference: Job) -> tuple[tuple, Job | None]:
+        null = null_job(reference, self._records.get((True, *_job_key(reference))))
+        return (("null", *_job_key(null)) if null is not None else ("null", None, *_job_key(reference))), null
+
+    def time_against(self, pairs: Sequence[tuple[Job, Job]]) -> list[tuple[Timing, Timing, Timing]]:
+        """For ``(reference job, program job)`` pairs: ``(reference Timing, null Timing, program
+        Timing)`` (the null program's: see :meth:`nulls`; call :meth:`timings` with
+        ``reference=True`` first, which records what the null program replays).
+
+        The program's ``timing_repeats`` runs alternate with new runs of its reference (one more:
+        before the first and after each) and of the null program, all alone, so the three are
+        timed under the same conditions; the cached timings of the reference and the null
+        program take the new runs in (their best only ever falls towards the uncontended time).
+        Where the reference's runs show that the machine slows runs down (more than :data:`FAIR`
+        x its best), the program gets more rounds (up to ``extra_repeats`` more:
+        :func:`_runs_needed`); a window in which no reference run was unslowed marks the
+        program's timing ``disturbed`` (efficiency abstains)."""
         repeats = self.timing_repeats
         with self._lock:
-            todo: dict[tuple, tuple[Job, Job]] = {}
+            todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
             for ref, gen in pairs:
                 key = (False, *_job_key(gen))
                 if key not in self._timings and key not in todo:
-                    todo[key] = (ref, gen)
-            if todo:
-                flat = [job for ref, gen in todo.values() for _ in range(repeats) for job in (ref, gen)]
-                runs = [r[0] for r in run_alone(flat, 1, require_isolation=self.require_isolation,
-                                                allow_unisolated=self.allow_unisolated)]
-                self.timed_runs += len(flat)
-                for n, (key, (ref, _)) in enumerate(todo.items()):
-                    chunk = runs[2 * repeats * n : 2 * repeats * (n + 1)]
-                    ref_key = (True, *_job_key(ref))
-                    fresh = Timing.of(chunk[0::2])
-                    self._timings[ref_key] = self._timings[ref_key].merged(fresh) if ref_key in self._timings else fresh
-                    self._timings[key] = Timing.of(chunk[1::2])
+                    todo[key] = (ref, gen, *self._null_of(ref))
+            for key, (ref, gen, null_key, null) in todo.items():
+                ref_key = (True, *_job_key(ref))
+                before = self._timings.get(ref_key)
+                got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
+                jobs = {"null": null, "ref": ref, "gen": gen}
+
+                def timed(*wanted: str) -> None:
+                    kinds = [k for k in wanted if jobs[k] is not None]
+                    runs = run_alone([jobs[k] for k in kinds], 1, require_isolation=self.require_isolation,
+                                     allow_unisolated=self.allow_unisolated)
+                    for kind, [result] in zip(kinds, runs):
+                        got[kind].append(result)
+                    self.timed_runs += len(kinds)
+
+                # the reference, then rounds of (program, null program, reference), as many as it
+                # takes for the program's minimum to include an unslowed run (_runs_needed)
+                timed("ref")
+                cap = repeats + self.extra_repeats
+                while len(got["gen"]) < min(cap, _runs_needed(got["ref"], before, repeats)):
+                    timed("gen", "null", "ref")
+                    if not got["gen"][-1].passed:  # a failed run decides: efficiency 0
+                        break
+                for cached_key, kind in ((ref_key, "ref"), (null_key, "null")):
+                    if got[kind]:
+                        fresh = Timing.of(got[kind])
+                        self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
+                                                     if cached_key in self._timings else fresh)
+                disturbed = _disturbed(got["ref"], before)
+                self._timings[key] = dataclasses.replace(Timing.of(got["gen"]), disturbed=disturbed)
             out = []
             for ref, gen in pairs:
-                ref_key, key = (True, *_job_key(ref)), (False, *_job_key(gen))
-                for k in (ref_key, key):
+                keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
+                for k in keys:
+                    self._timings.setdefault(k, Timing(None, None, None, 0))
                     self._timings.move_to_end(k)
-                out.append((self._timings[ref_key], self._timings[key]))
-            while len(self._timings) > self.cache_size:
-                self._timings.popitem(last=False)
-        return out
+                out.append(tuple(self._timings[k] for k in keys))
+            self._trim()
+        return out  # type: ignore[return-value]
+
+
+#: A reference run is *unslowed* when it took at most this factor of the reference's best.
+FAIR = 1.10
+#: The chance, as the reference's runs estimate it, that every run of a program was slowed down
+#: (so that its minimum is not its unslowed time) that the number of rounds keeps under.
+MISS = 0.05
+#: References faster than this are not judged for slowdowns: runs this short spread in steps far
+#: wider than any slowdown; the program gets ``timing_repeats`` runs, and no window abstains.
+FAIRNESS_MIN_S = 1e-3
+
+
+def _reference_times(window: Sequence[Result], history: Timing | None) -> list[float] | None:
+    times = [r.cpu_time for r in window]
+    if (history is None or history.best is None or history.best < FAIRNESS_MIN_S or not times
+            or not all(r.passed for r in window) or None in times):
+        return None
+    return list(history.times) + times  # type: ignore[arg-type]
+
+
+def _runs_needed(window: Sequence[Result], history: Timing | None, repeats: int) -> int:
+    """How many runs the program needs so that, if its runs are slowed down as often as the
+    reference's are (the share of the reference's runs, before and in this window, over
+    :data:`FAIR` x its best), all of them are slowed with a chance under :data:`MISS`; at least
+    ``repeats``."""
+    times = _reference_times(window, history)
+    if times is None:
+        return repeats
+    best = min(times)
+    unslowed = sum(t <= FAIR * best for t in times) / len(times)
+    if unslowed >= 1.0:
+        return repeats
+    return max(repeats, math.ceil(math.log(MISS) / math.log(1.0 - unslowed)))
+
+
+def _disturbed(window: Sequence[Result], history: Timing | None) -> bool:
+    """No reference run of this window was unslowed (within :data:`FAIR` x the reference's best):
+    the machine slowed the whole window down, so the program's runs cannot be compared."""
+    times = _reference_times(window, history)
+    if times is None:
+        return False
+    best = min(times)
+    return all(t > FAIR * best for t in times[len(times) - len(window):])
+
+
+def _base(null: Timing, reference: Timing) -> float:
+    """``t_null``: the null program's best time, 0 where it has none (or another clock)."""
+    return null.best if null.best is not None and null.clock == reference.clock else 0.0
 
 
 def _column(columns: dict, name: str, n: int, default: Any = None) -> list:
@@ -393,12 +525,17 @@ class CodeRewardState:
     """State shared by the components of one code suite: the executor and its cache.
 
     ``min_reference_s``: ``efficiency`` is left unscored (``None``) for problems whose
-    reference takes less (the timing cannot resolve them; see docs/sandbox.md)."""
+    reference takes less beyond its null program (the timing cannot resolve them; see
+    docs/sandbox.md)."""
 
     def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3):
         self.executor = executor
         self.time_reference = time_reference
         self.min_reference_s = min_reference_s
+
+    def resolves(self, reference: Timing, null: Timing) -> bool:
+        """The reference's time beyond its null program's is at least ``min_reference_s`` (or that is 0)."""
+        return not self.min_reference_s or (reference.best or 0.0) - _base(null, reference) >= self.min_reference_s
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -448,13 +585,19 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
                 timed.append(i)
         if timed:
             executor = state.executor
-            references = executor.timings([batch.job(i, reference=True) for i in timed], reference=True)
-            resolved = [i for i, r in zip(timed, references) if r.best is not None and r.best >= state.min_reference_s]
+            ref_jobs = [batch.job(i, reference=True) for i in timed]
+            references = executor.timings(ref_jobs, reference=True)
+            passing = [(i, job, r) for i, job, r in zip(timed, ref_jobs, references) if r.best is not None]
+            nulls = executor.nulls([job for _, job, _ in passing])
+            # scored where the reference's own work (its time beyond the harness's) is resolvable
+            resolved = [i for (i, _, r), n in zip(passing, nulls) if state.resolves(r, n)]
             timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i in resolved])
-            for i, (r, g) in zip(resolved, timings):
+            for i, (r, n, g) in zip(resolved, timings):
                 if g.best is not None and g.clock != r.clock:  # pragma: no cover - /proc readable for one only
                     g = Timing(None, None, None, g.repeats)
-                out[i] = efficiency(g.best, r.best)  # a repeat that failed (g.best None) scores 0
+                if not state.resolves(r, n) or g.disturbed:  # not resolvable by the fresh runs, or no fair window
+                    continue
+                out[i] = efficiency(g.best, r.best, _base(n, r))  # a repeat that failed (g.best None) scores 0
         return out
 
     def pass_rate(prompts, completions, **columns):
@@ -508,6 +651,7 @@ def code_suite(
     timing_repeats: int = 3,
     reference_repeats: int = 7,
     min_reference_s: float = 1e-3,
+    extra_repeats: int = 6,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
@@ -519,13 +663,13 @@ def code_suite(
     raised here, before training, unless ``allow_unisolated`` (or the environment variable
     ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
     ``require_isolation`` also refuses a sandbox without a private root (namespaces).
-    ``timing_repeats``, ``reference_repeats``, ``min_reference_s``: the efficiency timing (see
+    ``timing_repeats``, ``reference_repeats``, ``extra_repeats``, ``min_reference_s``: the efficiency timing (see
     the module docstring and docs/sandbox.md).
     """
     components = tuple(components)
     executor = CodeExecutor(
         _limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated,
-        timing_repeats, reference_repeats,
+        timing_repeats, reference_repeats, extra_repeats,
     )
     if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
         probe(require_isolation=require_isolation, allow_unisolated=allow_unisolated)

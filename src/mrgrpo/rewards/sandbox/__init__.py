@@ -82,11 +82,12 @@ from functools import lru_cache
 from mrgrpo.errors import IsolationError
 from mrgrpo.rewards.sandbox import processes
 from mrgrpo.rewards.sandbox.cases import build_cases, declared_stubs, free_names
+from mrgrpo.rewards.sandbox.null import null_job
 from mrgrpo.rewards.sandbox.results import Job, Limits, Result, Verdict
 
 __all__ = [
-    "ALLOW_UNISOLATED_ENV", "IsolationError", "Job", "Limits", "Result", "Verdict", "default_workers", "probe", "run",
-    "run_alone", "run_many",
+    "ALLOW_UNISOLATED_ENV", "IsolationError", "Job", "Limits", "Result", "Verdict", "default_workers", "null_job", "probe",
+    "run", "run_alone", "run_many",
 ]
 
 logger = logging.getLogger(__name__)
@@ -129,10 +130,18 @@ def _stdio_pairs(tests: Iterable) -> list[tuple[str, str]]:
     return pairs
 
 
-def _payloads(job: Job, workdir: str, uid: int, minimum: str) -> tuple[dict, dict, int]:
+#: The seed of the judge's ``random`` in timing runs (:func:`run_alone`): every timed run of a
+#: problem sees the same test inputs (HumanEval/38 and /50 draw theirs at random).
+TIMING_SEED = 0
+
+
+def _payloads(
+    job: Job, workdir: str, uid: int, minimum: str, timing: bool = False, record: bool = False
+) -> tuple[dict, dict, int]:
     """(judge's job, candidate's job, number of cases). Raises ValueError/SyntaxError for bad tests."""
     limits = job.limits
     judge = {
+        "seed": TIMING_SEED if timing else None, "record": bool(record),
         "mode": "none", "context": None, "declared": (), "tests": b"", "names": (), "n_cases": 0,
         "entry_point": job.entry_point or "", "stdio_cases": [], "value_cap": int(limits.reply_bytes),
         "decode_cpu_ns": int(limits.decode_cpu_s * 1e9), "decode_items": int(limits.decode_items),
@@ -203,7 +212,8 @@ def run(job: Job, launcher: bool = True, require_isolation: bool = False, allow_
         return _run(job, launcher, require_isolation, allow_unisolated)
 
 
-def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bool | None) -> Result:
+def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bool | None, timing: bool = False,
+         record: bool = False) -> Result:
     minimum = _minimum(require_isolation, allow_unisolated)
     limits = job.limits
     uid = _take_uid()
@@ -211,7 +221,7 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
     try:
         os.chmod(workdir, 0o700)
         try:
-            judge, candidate, n_cases = _payloads(job, workdir, uid, minimum)
+            judge, candidate, n_cases = _payloads(job, workdir, uid, minimum, timing, record)
         except (ValueError, SyntaxError) as error:
             return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
         result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher)
@@ -337,12 +347,17 @@ class _Gate:
 _gate = _Gate()
 
 
-def run_alone(jobs: Sequence[Job], repeats: int = 1, launcher: bool = True, **isolation) -> list[list[Result]]:
+def run_alone(jobs: Sequence[Job], repeats: int = 1, launcher: bool = True, record: bool = False,
+              require_isolation: bool = False, allow_unisolated: bool | None = None) -> list[list[Result]]:
     """Run each job ``repeats`` times, one run at a time, while no other run of this process is
-    in flight (runs started meanwhile wait): for timing. ``[[result of each repeat] per job]``;
-    ``isolation``: ``require_isolation`` / ``allow_unisolated`` as for :func:`run`."""
+    in flight (runs started meanwhile wait): for timing. ``[[result of each repeat] per job]``.
+    The judge's ``random`` is seeded (:data:`TIMING_SEED`), so every timed run of a problem gets
+    the same inputs. ``record``: passing runs also carry what the program answered
+    (``Result.record``, for :func:`null_job`). ``require_isolation`` / ``allow_unisolated``: as
+    for :func:`run`."""
     with _gate.alone():
-        return [[run(job, launcher, **isolation) for _ in range(max(1, int(repeats)))] for job in jobs]
+        return [[_run(job, launcher, require_isolation, allow_unisolated, timing=True, record=record)
+                 for _ in range(max(1, int(repeats)))] for job in jobs]
 
 
 def default_workers() -> int:

@@ -101,6 +101,11 @@ class Result:
         wall_time: seconds from spawn to exit, as seen by the caller.
         stdout, stderr: the program's captured output, each capped at ``Limits.output_bytes``.
         returncode: the candidate's exit status (negative: killed by that signal).
+        record: for a recording run (:func:`mrgrpo.rewards.sandbox.run_alone` with ``record``):
+            what the program answered, as the judge decoded it (in the plain-data wire format:
+            the names it defines, then each call's value or exception, in order), from which
+            :func:`mrgrpo.rewards.sandbox.null_job` builds the problem's null program; ``None``
+            otherwise, or where an answer could not be kept.
         isolation: the layers in force in the candidate, e.g.
             ``netns,mountns,chroot,uid,landlock,seccomp,guards`` (root),
             ``userns,netns,mountns,pidns,chroot,landlock,seccomp,guards`` (no root),
@@ -120,6 +125,7 @@ class Result:
     isolation: str = ""
     load_time: float | None = None
     cpu_time: float | None = None
+    record: bytes | None = field(default=None, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -137,16 +143,24 @@ def _read_report(reports: Sequence[str], n_cases: int):
     """The judge's lines, checked against the protocol: ``iso <layers>``, at most one
     ``loaded [<ns>]``, ``case <i> ok|fail <reason>`` with ``i`` = 0, 1, 2... in order, and exactly
     one last line ``done <n> <wall ns> <cpu ns or -1>`` (``n`` the cases reported), ``error <reason>`` or
-    ``invalid <reason>`` (alone, or after ``iso`` and what came before). Anything else, out of
-    order or after the last line -> ``None`` (the run fails as ``JudgeProtocol``)."""
-    isolation, loaded, terminal, load_time = "", False, None, None
+    ``invalid <reason>`` (alone, or after ``iso`` and what came before); a recording run may send
+    one ``record <hex>`` right before ``done``. Anything else, out of order or after the last
+    line -> ``None`` (the run fails as ``JudgeProtocol``)."""
+    isolation, loaded, terminal, load_time, record = "", False, None, None, None
     outcomes: list[str | None] = []
     for at, line in enumerate(reports):
         words = line.split()
         if terminal is not None or not words:
             return None
         kind = words[0]
-        if kind == "iso" and len(words) == 2 and at == 0:
+        if record is not None and kind != "done":
+            return None
+        if kind == "record" and len(words) == 2 and isolation and record is None:
+            try:
+                record = bytes.fromhex(words[1])
+            except ValueError:
+                return None
+        elif kind == "iso" and len(words) == 2 and at == 0:
             isolation = words[1]
         elif kind == "loaded" and (len(words) == 1 or (len(words) == 2 and words[1].isdigit())) and not loaded and isolation:
             loaded = True
@@ -167,7 +181,7 @@ def _read_report(reports: Sequence[str], n_cases: int):
             terminal = (kind, words[1])
         else:
             return None
-    return isolation, loaded, outcomes, terminal, load_time
+    return isolation, loaded, outcomes, terminal, load_time, record
 
 
 def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr) -> Result:
@@ -205,7 +219,7 @@ def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr)
     test_time, cpu_time = value
     common["cpu_time"] = cpu_time
     if first_failure is None:
-        return Result(Verdict.PASSED, test_time=test_time, **common)
+        return Result(Verdict.PASSED, test_time=test_time, record=read[5], **common)
     if first_failure == "CandidateGone":
         return _candidate_ended(returncode, stderr, common)
     if first_failure in _FAILED_KINDS:

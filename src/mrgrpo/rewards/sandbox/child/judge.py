@@ -62,6 +62,11 @@ class _Link:
         self.poll.register(from_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         self.exceptions = _exceptions(builtins_dict)
         self.decode_items, self.decode_cpu_ns = decode_items, decode_cpu_ns
+        # A recording run keeps what the candidate answered (the names it defines, then each call's
+        # value or exception, in order) for the null program of efficiency timing; None: not
+        # recording, or an answer the null program could not reproduce.
+        self.record = None
+        self.recorded_bytes = 0
 
     def warm(self, cpu):
         """Untimed round trips before the timed part (the program is not loaded yet: only the
@@ -147,7 +152,30 @@ class _Link:
             payload = encode((name, args, kwargs))
         except NotPlainData as error:
             raise UnsendableArgument(str(error)) from None
-        return self.value(*self.request(b"C", payload, timed=True))
+        reply = self.request(b"C", payload, timed=True)
+        if self.record is None:
+            return self.value(*reply)
+        return self.recorded(reply)
+
+    def recorded(self, reply):
+        """:meth:`value` of a reply, kept in :attr:`record`: ``(True, value)`` or, for an exception
+        the candidate raised, ``(False, (name, message))``; anything else stops the recording."""
+        self.recorded_bytes += len(reply[1])
+        if self.recorded_bytes > RECORD_BYTES:  # too much to keep (the judge holds it until the end)
+            self.record = None
+            return self.value(*reply)
+        try:
+            value = self.value(*reply)
+        except BaseException as error:
+            if reply[0] == b"E" and self.record is not None:
+                message = error.args[0] if error.args and type(error.args[0]) is str else ""
+                self.record[1].append((False, (_name_of(error).decode("ascii"), message)))
+            else:
+                self.record = None
+            raise
+        if self.record is not None:
+            self.record[1].append((True, value))
+        return value
 
 
 class _CpuClock:
@@ -261,6 +289,10 @@ def _judge_main(read):
         report(b"error IsolationUnavailable")
         return
     mode = job["mode"]
+    if job.get("record"):
+        link.record = ([], [])
+    if job.get("seed") is not None:
+        _seed(job["seed"])
     link.cpu = _CpuClock(candidate_pid)
     try:
         link.warm(link.cpu)
@@ -276,7 +308,7 @@ def _judge_main(read):
                 if kind == b"I":
                     report(b"invalid " + _invalid_name(payload))
                     return
-                got = link.value(kind, payload)
+                got = link.recorded((kind, payload)) if link.record is not None else link.value(kind, payload)
             except BaseException as error:
                 report(b"case %d fail " % index + _name_of(error))
                 continue
@@ -288,7 +320,9 @@ def _judge_main(read):
                 continue
             same = [l.rstrip() for l in got.rstrip().splitlines()] == [l.rstrip() for l in expected.rstrip().splitlines()]
             report(b"case %d ok" % index if same else b"case %d fail WrongAnswer" % index)
-        report(b"done %d %d %d" % (len(cases), link.elapsed, link.cpu.used()))
+        used = link.cpu.used()
+        _report_record(report, link)
+        report(b"done %d %d %d" % (len(cases), link.elapsed, used))
         return
     try:
         kind, payload = link.request(b"L", timed=True)  # loading counts: precomputing at import saves nothing
@@ -335,6 +369,8 @@ def _judge_main(read):
     if not all(type(a) is tuple and len(a) == 2 and (a[0] == "v" or (a[0] in ("f", "x") and type(a[1]) is str)) for a in answers):
         report(b"error MalformedReply")
         return
+    if link.record is not None:
+        link.record[0].extend(zip(wanted, answers))
     for name, answer in zip(wanted, answers):
         kind_ = answer[0]
         if kind_ == "f" and answer[1] == "":
@@ -368,7 +404,34 @@ def _judge_main(read):
             return
         report(b"case %d ok" % index if outcome is None else b"case %d fail " % index + _name_of(outcome))
         index += 1
-    report(b"done %d %d %d" % (index, link.elapsed, link.cpu.used()))
+    used = link.cpu.used()
+    _report_record(report, link)
+    report(b"done %d %d %d" % (index, link.elapsed, used))
+
+
+#: The largest record a recording run reports (bytes, before hex): larger ones are dropped.
+RECORD_BYTES = 256 * 1024
+
+
+def _report_record(report, link):
+    """``record <hex>``: the record of a recording run (see :class:`_Link`) in the wire format,
+    if kept (values nested too deep to carry in it are dropped with the record)."""
+    if link.record is None:
+        return
+    try:
+        data = encode((tuple(link.record[0]), tuple(link.record[1])))
+    except NotPlainData:
+        return
+    if len(data) <= RECORD_BYTES:
+        report(b"record " + data.hex().encode("ascii"))
+
+
+def _seed(seed):
+    """Seed the judge's ``random`` for a timing run (the same inputs in every timed run of a
+    problem: the reference's, its null program's, the candidate's); ``None``: a fresh seed."""
+    import random
+
+    random.seed(seed)
 
 
 def _judge_server(control_fd, read):
@@ -383,6 +446,7 @@ def _judge_server(control_fd, read):
     import gc
     import posix
     import socket
+    import sys
 
     control = socket.socket(fileno=control_fd)
     null = posix.open("/dev/null", posix.O_RDWR)
@@ -404,6 +468,8 @@ def _judge_server(control_fd, read):
                 _judge_main(read)
             except BaseException:
                 pass
+            if "random" in sys.modules:  # a timing run's seed does not carry over to the next run
+                _seed(None)
             for target in (0, 3, 4, 5):  # the run is over for the caller and the candidate now
                 posix.dup2(null, target)
             gc.collect()

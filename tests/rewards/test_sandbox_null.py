@@ -1,0 +1,160 @@
+"""The null program of efficiency timing: a recording run keeps what the reference answered, the
+null program built from it makes the tests take the same path (same calls, same replies), and
+timing runs see the same inputs every time."""
+
+from __future__ import annotations
+
+from mrgrpo.rewards.code import CodeExecutor, Timing, _disturbed, _runs_needed, efficiency
+from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, run, run_alone
+from mrgrpo.rewards.sandbox.child.wire import decode, encode
+from mrgrpo.rewards.sandbox.null import null_program
+from mrgrpo.rewards.sandbox.results import _read_report
+
+LIMITS = Limits(wall_s=10.0, cpu_s=5)
+
+# Inputs drawn at random by the judge (HumanEval/38 and /50 do this), an expected exception, a
+# module-level value the tests read.
+RANDOM_TESTS = """
+import random
+
+def check(candidate):
+    for _ in range(20):
+        n = random.randint(0, 1000)
+        assert candidate(n) == [n, n + 1]
+    try:
+        candidate(-1)
+        assert False
+    except ValueError:
+        pass
+    assert LIMIT == 1000
+"""
+REFERENCE = "LIMIT = 1000\n\ndef f(n):\n    if n < 0:\n        raise ValueError('negative')\n    return [n, n + 1]\n"
+
+
+def recorded(job: Job) -> bytes:
+    [result] = run_alone([job], 1, record=True)[0]
+    assert result.passed, result
+    assert result.record, "a passing recording run carries its record"
+    return result.record
+
+
+def test_the_null_program_replays_the_reference_on_random_inputs():
+    job = Job(REFERENCE, RANDOM_TESTS, "humaneval", "f", LIMITS)
+    record = recorded(job)
+    answers, replies = decode(record)
+    assert dict(answers) == {"LIMIT": ("v", 1000), "f": ("f", "")}
+    assert len(replies) == 21 and replies[-1] == (False, ("ValueError", "negative"))
+    null = null_job(job, record)
+    assert null is not None and "[n, n + 1]" not in null.program  # it replays, it does not compute
+    results = run_alone([null], 3)[0]
+    assert all(r.passed for r in results), results  # timing runs draw the same inputs every time
+    assert run(null).verdict.value == "failed"  # a verdict run draws fresh ones: the replay is wrong
+
+
+def test_verdict_runs_carry_no_record():
+    job = Job(REFERENCE, RANDOM_TESTS, "humaneval", "f", LIMITS)
+    assert run(job).record is None
+    assert run_alone([job], 1)[0][0].record is None
+
+
+def test_the_null_program_keeps_the_context_and_every_name():
+    context = "import math\n\ndef helper(x):\n    return math.sqrt(x)\n\ndef g(x):\n    \"\"\"Stub.\"\"\"\n"
+    program = context + "def g(x):\n    return helper(x) * 2\n"
+    tests = "def check(candidate):\n    assert candidate(4) == 4.0\n    assert abs(helper(9) - 3) < 1e-9\n"
+    job = Job(program, tests, "humaneval", "g", LIMITS, context)
+    null = null_job(job, recorded(job))
+    assert null.program.startswith(context.rstrip())  # the context's loading is the harness's cost too
+    assert all(r.passed for r in run_alone([null], 2)[0])
+    # assert-style tests calling two functions by name: both replay from one sequence
+    tests = "assert add(1, 2) == 3\nassert mul(2, 3) == 6\nassert add(mul(1, 1), 1) == 2\n"
+    job = Job("def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n", tests, "assert", None, LIMITS)
+    null = null_job(job, recorded(job))
+    assert "return a + b" not in null.program
+    assert all(r.passed for r in run_alone([null], 2)[0])
+
+
+def test_the_stdio_null_program_prints_each_case_output():
+    cases = [("3\n", "6\n"), ("5\n", "10\n")]
+    job = Job("print(int(input()) * 2)\n", cases, "stdio", None, LIMITS)
+    null = null_job(job, recorded(job))
+    assert "input" not in null.program
+    assert all(r.passed for r in run_alone([null], 2)[0])
+
+
+def test_unreplayable_records_give_no_null_program():
+    big = "def check(candidate):\n    for n in range(3):\n        assert len(candidate(n)) == 200000\n"
+    [result] = run_alone([Job("def f(n):\n    return 'x' * 200000\n", big, "humaneval", "f", LIMITS)], 1, record=True)[0]
+    assert result.passed and result.record is None  # 600 KB of answers: over what a record keeps
+    job = Job(REFERENCE, RANDOM_TESTS, "humaneval", "f", LIMITS)
+    assert null_job(job, None) is None
+    assert null_program(job, b"not plain data") is None
+    bad_name = encode(((("os.system", ("f", "")),), ()))
+    assert null_program(job, bad_name) is None
+
+
+def test_the_record_line_is_accepted_only_right_before_done():
+    head = ["iso chroot", "loaded 5", "case 0 ok"]
+    done = "done 1 10 10"
+    read = _read_report(head + ["record 00ff", done], 1)
+    assert read is not None and read[5] == b"\x00\xff"
+    assert _read_report(head + [done], 1)[5] is None
+    assert _read_report(["iso chroot", "loaded 5", "record 00", "case 0 ok", done], 1) is None  # before a case
+    assert _read_report(head + ["record 00", "record 00", done], 1) is None  # twice
+    assert _read_report(head + [done, "record 00"], 1) is None  # after the last line
+    assert _read_report(head + ["record zz", done], 1) is None  # not hex
+
+
+def test_efficiency_subtracts_the_harness_cost():
+    assert efficiency(3.0, 5.0, 1.0) == 0.5  # half the reference's own work (4 s beyond the harness's 1 s)
+    assert efficiency(3.0, 5.0) == 1 - 3 / 5  # no null program: the plain ratio
+    assert efficiency(1.0, 1.0, 1.0) == 0.0  # a reference that does nothing beyond the harness
+    assert efficiency(0.5, 5.0, 1.0) == 1.0  # faster than the harness: clipped
+
+
+def test_the_executor_times_the_null_program_per_problem():
+    executor = CodeExecutor(LIMITS, reference_repeats=3, timing_repeats=2)
+    heavy = "def check(candidate):\n" + "".join(f"    assert candidate({n}) == {sum(range(n))}\n" for n in (200000, 300000))
+    reference = Job("def f(n):\n    t = 0\n    for i in range(n):\n        t += i\n    return t\n", heavy, "humaneval", "f", LIMITS)
+    [ref] = executor.timings([reference], reference=True)
+    [null] = executor.nulls([reference])
+    assert ref.best is not None and null.best is not None
+    assert null.best < ref.best / 4  # the loop is the reference's work, not the harness's
+    runs = executor.timed_runs
+    executor.nulls([reference])
+    assert executor.timed_runs == runs  # cached
+    copy = Job(reference.program + "# copy\n", heavy, "humaneval", "f", LIMITS)
+    r, n, g = executor.time_against([(reference, copy)])[0]
+    assert 2 <= n.repeats - null.repeats <= 2 + executor.extra_repeats  # re-timed alongside, like the reference
+    assert n.repeats - null.repeats == r.repeats - ref.repeats - 1 == g.repeats
+    assert g.best is not None and r.best >= n.best
+
+
+def test_programs_get_more_runs_where_the_machine_slows_runs_down():
+    def runs(*times):
+        return [Result(Verdict.PASSED, cpu_time=t) for t in times]
+
+    steady = Timing.from_times((0.0100, 0.0102, 0.0104, 0.0101), "cpu")
+    assert _runs_needed(runs(0.0101, 0.0103), steady, 3) == 3  # every run near the best
+    half = Timing.from_times((0.010, 0.016, 0.010, 0.016), "cpu")
+    assert _runs_needed(runs(0.010, 0.016), half, 3) == 5  # half slowed: 0.5^5 < 5% <= 0.5^4
+    assert _runs_needed(runs(0.02), None, 3) == 3  # nothing to judge by
+    assert _runs_needed(runs(0.0009), Timing.from_times((0.0005,), "cpu"), 3) == 3  # under 1 ms
+    assert _disturbed(runs(0.016, 0.017), half)  # no unslowed reference run in this window
+    assert not _disturbed(runs(0.016, 0.0105), half)
+    assert not _disturbed([Result(Verdict.FAILED, cpu_time=0.02)], half)  # the failure decides
+
+
+def test_a_program_timed_in_a_window_slowed_throughout_is_not_scored(monkeypatch):
+    import mrgrpo.rewards.code as code
+    from mrgrpo.rewards import get_suite
+
+    monkeypatch.setattr(code, "_disturbed", lambda window, history: True)  # every window slowed down
+    suite = get_suite("code", components=("efficiency",), min_reference_s=0.0)
+    heavy = "def check(candidate):\n    assert candidate(100000) == %d\n" % sum(range(100000))
+    reference = "def f(n):\n    t = 0\n    for i in range(n):\n        t += i\n    return t\n"
+    columns = {"test": [heavy], "entry_point": ["f"], "code_prefix": [""], "test_format": ["humaneval"],
+               "reference": [reference]}
+    state = code.code_state(suite)
+    assert suite.components[0](["p"], [reference + "# copy\n"], **columns) == [None]  # abstains
+    timing = next(t for k, t in state.executor._timings.items() if k[0] is False)
+    assert timing.disturbed
