@@ -321,12 +321,7 @@ class CodeExecutor:
                     self._timings[key] = Timing.of(results)
                     if reference:
                         self._records[key] = next((r.record for r in results if r.record), None)
-            out = []
-            for key in keys:
-                self._timings.move_to_end(key)
-                out.append(self._timings[key])
-            self._trim()
-        return out
+            return self._cached(keys)
 
     def nulls(self, references: Sequence[Job]) -> list[Timing]:
         """The null program's :class:`Timing` per reference job (cached): the harness's cost on that
@@ -350,11 +345,15 @@ class CodeExecutor:
                     self._timings[key] = Timing.of(results)
             for key in todo:
                 self._timings.setdefault(key, Timing(None, None, None, 0))
-            out = []
-            for key in keys:
-                self._timings.move_to_end(key)
-                out.append(self._timings[key])
-            self._trim()
+            return self._cached(keys)
+
+    def _cached(self, keys: Sequence[tuple]) -> list[Timing]:
+        """The cached timings of ``keys`` (marked recently used), the cache then trimmed to size."""
+        out = []
+        for key in keys:
+            self._timings.move_to_end(key)
+            out.append(self._timings[key])
+        self._trim()
         return out
 
     def _trim(self) -> None:
