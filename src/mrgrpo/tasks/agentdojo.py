@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mrgrpo.errors import ConfigError
+from mrgrpo.records import mean
+from mrgrpo.rewards.agentdojo_runtime import AgentItem
 from mrgrpo.tasks.base import Option, Task, TaskSpec, plain_text
 from mrgrpo.tasks.episodes import DEFAULT_MAX_TURNS, Episode, Policy, episode_for, run_episodes
 from mrgrpo.tasks.registry import register_task
-from mrgrpo.records import mean
-from mrgrpo.rewards.agentdojo_runtime import AgentItem
 
 ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars")
 

@@ -26,10 +26,10 @@ from mrgrpo.data.asb import (
     parse_attack,
 )
 from mrgrpo.errors import ConfigError
+from mrgrpo.records import mean
 from mrgrpo.tasks.base import Option, Task, TaskSpec
 from mrgrpo.tasks.episodes import model_policy, run_episodes, take_turn
 from mrgrpo.tasks.registry import register_task
-from mrgrpo.records import mean
 
 Messages = list[dict[str, str]]
 

@@ -13,7 +13,6 @@ registry. Each failure is one :class:`~mrgrpo.errors.ConfigError` line.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Mapping
 from typing import Any
 
