@@ -1,6 +1,7 @@
 """Print the extra tables of docs/results.md's learnable-testbed section from finished comparisons.
 
     python docs/results/claim_tables.py runs/learnable-x1 runs/learnable-x100 [--seeds N]
+    python docs/results/claim_tables.py --field runs/learnable-x1 runs/learnable-x1-ext runs/learnable-x100 runs/learnable-x100-ext
 
 Reads each comparison's ``runs/*/seed*/result.json`` (``mrgrpo compare``), ``start.json``
 (:func:`mrgrpo.experiments.compare.evaluate_start`) and the runs' ``diagnostics.jsonl``
@@ -81,13 +82,78 @@ def one_seed(outs: list[Path], seed: int, baselines: tuple[str, ...] = ("grpo", 
             print(f"\n{est}: " + "; ".join(f"{k.removeprefix('mrgrpo/state/')} {a} → {b}" for k, (a, b) in sorted(state.items())))
 
 
+# The field's estimators (docs/estimators): the claim each paper makes, as (label, baseline,
+# objective, lower is better); the ``-ext`` comparisons carry the extra components two of them need.
+FIELD_CLAIMS = [
+    ("mo_grpo", "grpo", "correct", False),
+    ("saw(reward_mins=[0,0,0,0])", "grpo", "correct", False),
+    ("saw(reward_mins=[0,0,0,0])", "gdpo", "correct", False),
+    ("dvao", "grpo", "correct", False),
+    ("gd2po", "gdpo", "correct", False),
+    ("corpo(threshold=3.0)", "grpo", "correct", False),
+    ("ddca(correctness=correct;length=length)", "grpo", "length", True),
+    ("ddca(correctness=correct;length=length)", "grpo", "correct", False),
+    ("constrained_grpo(constraints=[unformatted];limits=[0.05];lr=0.1)", "grpo", "unformatted", True),
+    ("constrained_grpo(constraints=[unformatted];limits=[0.05];lr=0.1)", "grpo", "correct", False),
+]
+EXTRA = ["unformatted", "length"]
+
+
+def field(outs: list[Path], max_seeds: int) -> None:
+    """The field's claim family: OUTS are the ×1 comparison, its -ext one, the ×100 one and its
+    -ext one. Each claim's paired difference (estimator − baseline, same seeds) on the held-out
+    (eval) and training-curve views; Holm over the family of all claims × both scales, per view."""
+    scales = {"×1": outs[:2], "×100": outs[2:4]}
+    found: dict[tuple[str, str, str], tuple[dict, list[int]]] = {}
+    for scale, pair in scales.items():
+        for est, base, _, _ in FIELD_CLAIMS:
+            out = next((o for o in pair if (run_dir_of(o, est, 0) / "result.json").is_file()), pair[0])
+            found[(scale, est, base)] = load(out, sorted({est, base}), max_seeds)
+    for view in ("eval", "curve"):
+        table: dict[str, dict] = {}
+        for scale in scales:
+            for est, base, objective, _ in FIELD_CLAIMS:
+                results, seeds = found[(scale, est, base)]
+                table.setdefault(f"{est} − {base}: {objective}", {})[scale] = paired(
+                    [results[(est, s)]["objectives"][view][objective] for s in seeds],
+                    [results[(base, s)]["objectives"][view][objective] for s in seeds])
+        m = holm_family(table)
+        print(f"\n| claim ({view}; Holm over {m}) | " + " | ".join(scales) + " | lower is the claim |\n|---|---|---|---|")
+        for (row, cells), (_, _, _, lower) in zip(table.items(), FIELD_CLAIMS):
+            print(f"| {row} | " + " | ".join(cell(cells[s]) for s in scales) + f" | {'yes' if lower else ''} |")
+    for scale, pair in scales.items():  # every objective of every field estimator against grpo
+        for out in pair:
+            ests = sorted({e for e, _, _, _ in FIELD_CLAIMS if (run_dir_of(out, e, 0) / "result.json").is_file()})
+            if not ests:
+                continue
+            results, seeds = load(out, ["grpo", "gdpo", *ests] if (run_dir_of(out, "gdpo", 0) / "result.json").is_file() else ["grpo", *ests], max_seeds)
+            names = OBJECTIVES + [o for o in EXTRA if results[("grpo", seeds[0])]["objectives"]["eval"].get(o) is not None]
+            print(f"\n{scale} {out} ({len(seeds)} seeds), eval, mean ± 95% t interval:\n")
+            print("| estimator | " + " | ".join(names) + " |\n" + "|---" * (1 + len(names)) + "|")
+            for est in sorted({e for e, _ in results}, key=lambda e: (e not in ("grpo", "gdpo"), e)):
+                print(f"| {est} | " + " | ".join(fmt_ci(*mean_ci([results[(est, s)]["objectives"]["eval"][o] for s in seeds])[:2]) for o in names) + " |")
+            for est in ests:  # a stateful estimator's state at its last step, over seeds
+                lasts = []
+                for s in seeds:
+                    lines = (run_dir_of(out, est, s) / "metrics.jsonl").read_text().splitlines()
+                    lasts.append(json.loads(lines[-1]))
+                keys = sorted(k for k in lasts[0] if k.startswith("mrgrpo/state/"))
+                if keys:
+                    print(f"\n{est}, last step over seeds: " + "; ".join(
+                        f"{k.removeprefix('mrgrpo/state/')} {fmt_ci(*mean_ci([r[k] for r in lasts])[:2])}" for k in keys))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("outs", nargs="+", type=Path)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--one-seed", type=int, default=None, help="print every run of this seed in OUTS (one scale) instead")
+    parser.add_argument("--field", action="store_true", help="the field estimators' claims: OUTS = x1, x1-ext, x100, x100-ext")
     args = parser.parse_args()
+    if args.field:
+        field(args.outs, args.seeds)
+        return
     if args.one_seed is not None:
         one_seed(args.outs, args.one_seed)
         return

@@ -94,6 +94,18 @@ def test_bfcl_worked_example_lists_its_functions():
     assert example_call["name"] in rows[0]["prompt"][0]["content"]
 
 
+def test_bfcl_worked_example_is_the_shortest_train_item_and_is_left_out_of_train():
+    from mrgrpo.tasks.tool_call import _prompt_chars
+
+    everything = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False}), "train")  # no example
+    rows = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False}, few_shot=1), "train")
+    shortest = min(everything, key=_prompt_chars)
+    request = rows[0]["prompt"][1]["content"]
+    assert request == shortest["prompt"][-1]["content"]
+    assert len(rows) == len(everything) - 1 and shortest["id"] not in {r["id"] for r in rows}
+    assert all(r["prompt"][1]["content"] == request for r in rows)
+
+
 def test_bfcl_skeleton_ends_every_request_with_the_reference_call_values_left_as_types():
     from mrgrpo.rewards import get_suite
     from mrgrpo.rewards.tool_call import parse_calls

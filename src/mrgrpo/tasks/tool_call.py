@@ -7,7 +7,9 @@ Categories: every single-turn Python category BFCL ships with possible answers,
 
 Split: per category, the item ids are shuffled with ``random.Random(f"bfcl:{category}:{seed}")``;
 the first ``test_fraction`` (rounded) are the test split, the rest train; the ``few_shot`` worked
-examples are the first train items (then left out of train). Train and eval are shuffled across
+examples are the train items with the shortest prompts (function schemas plus request, in
+characters; ties in shuffled order), then left out of train: an example's functions are listed
+in every prompt, so a short one keeps every prompt short. Train and eval are shuffled across
 categories with ``seed``; ``size``/``eval_size`` keep the first rows.
 
 A worked example is a user turn and the assistant's reference calls in the requested format; its
@@ -50,7 +52,7 @@ class BFCLTask(Task):
     ground_truth = "ground_truth"
     eval_metric = "all_exact"
     eval_max_new_tokens = 256
-    split = "per category a seeded shuffle of item ids; first test_fraction = test, few_shot examples from train"
+    split = "per category a seeded shuffle of item ids; first test_fraction = test, few_shot examples: the shortest train items"
 
     def suite_defaults(self, options: dict[str, Any]) -> dict[str, Any]:
         return {"think": bool(options["think"])}
@@ -76,9 +78,9 @@ class BFCLTask(Task):
             random.Random(f"bfcl:{category}:{spec.seed}").shuffle(rows)
             n_test = int(round(options["test_fraction"] * len(rows)))
             test, train = rows[:n_test], rows[n_test:]
-            shots = train[: spec.few_shot] if not examples else []
+            shots = sorted(train, key=_prompt_chars)[: spec.few_shot] if not examples else []
             examples.extend(shots)
-            chosen.extend(test if split == "eval" else train[len(shots):])
+            chosen.extend(test if split == "eval" else [r for r in train if r not in shots])
         random.Random(f"bfcl:{split}:{spec.seed}").shuffle(chosen)
         limit = spec.size_of(split)
         chosen = chosen[:limit] if limit is not None else chosen
@@ -113,6 +115,11 @@ class BFCLTask(Task):
     def reference(self, row: dict[str, Any]) -> str | None:
         calls = reference_calls(json.loads(row["ground_truth"]), json.loads(row["functions"]))
         return format_calls(calls)
+
+
+def _prompt_chars(row: dict[str, Any]) -> int:
+    """What a worked example adds to every prompt: its function schemas and its request."""
+    return len(row["functions"]) + len(row["prompt"][-1]["content"])
 
 
 SKELETON_INSTRUCTION = "Each request ends with the call to make: answer with that call, its values filled in from the request."
