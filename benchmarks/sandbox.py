@@ -63,13 +63,19 @@ def _own_cpu() -> float:
 
 
 def _launcher_cpu() -> float:
-    """CPU seconds of the sandbox launcher and of every process it has reaped."""
+    """CPU seconds of the sandbox launcher and of every process it has reaped, and of its
+    user-namespace launcher (not root: it forks and reaps the candidates) and those it has reaped."""
     zygote = sandbox.processes._zygote_instance
     if zygote is None:
         return 0.0
-    with open(f"/proc/{zygote.pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
+    total = 0.0
+    for pid in (zygote.pid, zygote.userns_pid):
+        if pid is None:
+            continue
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
+    return total
 
 
 def jobs_of(pairs, timeout: float) -> list[Job]:
