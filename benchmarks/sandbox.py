@@ -14,7 +14,9 @@ make, and the round trip of one call measured on 10,000 calls to an identity fun
 (judge servers are reused from run to run, so the split adds no process per run).
 
 With ``--layers`` it also costs each isolation layer: the same 328 programs with one layer
-refused at a time (namespaces, Landlock, seccomp), throughput against the full set.
+refused at a time (namespaces, Landlock, seccomp), throughput against the full set (without
+root, a run that refuses seccomp also makes its user and PID namespaces itself: see
+docs/sandbox.md).
 
 With ``--efficiency`` it measures the efficiency reward's noise instead (see docs/sandbox.md):
 for every HumanEval problem, the reference (the canonical solution) is timed as the code suite

@@ -26,8 +26,8 @@ from mrgrpo.rewards.sandbox.launcher import STUB_PREFIX, Zygote, ZygoteDied
 from mrgrpo.rewards.sandbox.results import Limits, Result, parse_report
 
 # When the judge reports that the candidate ended early, the caller waits this long for its
-# exit status (its PID namespace's relay passes on how its child ended: a segfault stays a
-# segfault) before killing it; otherwise it is killed at once.
+# exit status (the launcher that reaps it, or its PID namespace's relay, passes on how it ended:
+# a segfault stays a segfault) before killing it; otherwise it is killed at once.
 _EXIT_GRACE_S = 0.2
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
