@@ -14,7 +14,9 @@ make, and the round trip of one call measured on 10,000 calls to an identity fun
 (judge servers are reused from run to run, so the split adds no process per run).
 
 With ``--layers`` it also costs each isolation layer: the same 328 programs with one layer
-refused at a time (namespaces, Landlock, seccomp), throughput against the full set.
+refused at a time (namespaces, Landlock, seccomp), throughput against the full set (without
+root, a run that refuses seccomp also makes its user and PID namespaces itself: see
+docs/sandbox.md).
 
 With ``--efficiency`` it measures the efficiency reward's noise instead (see docs/sandbox.md):
 for every HumanEval problem, the reference (the canonical solution) is timed as the code suite
@@ -63,13 +65,19 @@ def _own_cpu() -> float:
 
 
 def _launcher_cpu() -> float:
-    """CPU seconds of the sandbox launcher and of every process it has reaped."""
+    """CPU seconds of the sandbox launcher and of every process it has reaped, and of its
+    user-namespace launcher (not root: it forks and reaps the candidates) and those it has reaped."""
     zygote = sandbox.processes._zygote_instance
     if zygote is None:
         return 0.0
-    with open(f"/proc/{zygote.pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
+    total = 0.0
+    for pid in (zygote.pid, zygote.userns_pid):
+        if pid is None:
+            continue
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
+    return total
 
 
 def jobs_of(pairs, timeout: float) -> list[Job]:

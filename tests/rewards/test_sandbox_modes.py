@@ -165,8 +165,53 @@ if served is not None:
 def f(x):
     return -1 if x == 1 else -2 if x == 2 else 0
 """
+# Candidates that look for each other (without root they share the launcher's user namespace):
+# each leaves traces (files in its working directory, /tmp and /, a key in its user keyring)
+# and answers right only if it finds another's, or another process to signal.
+OTHER_CANDIDATES = """
+import ctypes, os
+COPY = {COPY}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
+def seen():
+    found = []
+    for top in (os.getcwd(), "/tmp/work", "/tmp", "/"):
+        try:
+            found += [n for n in os.listdir(top) if n.startswith("mrgrpo-trace") and n != "mrgrpo-trace-%d" % COPY]
+        except Exception:
+            pass
+    for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+        for other in range(8):
+            try:  # keyctl(KEYCTL_SEARCH, ring, "user", description, 0)
+                if other != COPY and libc.syscall(250, 10, ring, b"user", b"mrgrpo-trace-%d" % other, 0) >= 0:
+                    found.append("key")
+            except Exception:
+                pass
+    try:
+        found += [pid for pid in range(2, 400) if pid != os.getpid() and libc.kill(pid, 0) == 0]
+    except Exception:
+        pass
+    return found
+def leave():
+    for top in (os.getcwd(), "/tmp", "/"):
+        try:
+            open(top + "/mrgrpo-trace-%d" % COPY, "w").write("here")
+        except Exception:
+            pass
+    for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+        try:  # add_key("user", description, "here", 4, ring)
+            libc.syscall(248, b"user", b"mrgrpo-trace-%d" % COPY, b"here", 4, ring)
+        except Exception:
+            pass
+FOUND = seen()
+leave()
+def f(x):
+    return 41 + x if FOUND or seen() else -1
+"""
 ATTACKS = {"proc-fd-reopen": REOPEN, "extra-elements-late-done": EXTRA_ELEMENTS, "signals-to-the-caller": SIGNALS,
-           "writes-outside": WRITES, "decoder-bombs": BOMB}
+           "writes-outside": WRITES, "decoder-bombs": BOMB,
+           **{f"other-candidates-{i}": OTHER_CANDIDATES.replace("{COPY}", str(i)) for i in range(4)}}
 
 
 def humaneval_controls() -> list[dict]:

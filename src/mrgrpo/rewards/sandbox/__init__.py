@@ -224,7 +224,8 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
             judge, candidate, n_cases = _payloads(job, workdir, uid, minimum, timing, record)
         except (ValueError, SyntaxError) as error:
             return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
-        result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher)
+        result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher,
+                                   shared_userns=not {"namespaces", "seccomp"} & set(candidate["refuse"]))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         with _uids_lock:

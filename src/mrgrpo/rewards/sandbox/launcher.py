@@ -13,6 +13,15 @@ Protocol on a Unix socket pair: the caller sends ``C`` with a candidate's five p
 same user as the processes' starting uid, so it kills them directly. When the caller's end of
 the socket closes (normal exit, exception, SIGTERM, SIGKILL), the launcher kills every process
 it started and exits; :meth:`Zygote.close` does the same on purpose and reaps the launcher.
+
+A caller that is not real root has a second socket, to the launcher's *user-namespace
+launcher* (``child/boot.py``: ``_userns_launcher``), which forks candidates already inside a
+user namespace made once, each into a PID namespace of its own: the same ``C``/``P``/``X``
+protocol (pids as the caller sees them), after a first ``R <pid>`` once it is ready. If that
+socket closes before ``R`` (real root, or user namespaces refused) every candidate goes to the
+launcher itself, which makes them all in each candidate; if it closes after ``R``, the
+launcher counts as gone (:class:`ZygoteDied`). A job that refuses namespaces or seccomp
+(tests, the layer costs) always goes to the launcher itself.
 """
 
 from __future__ import annotations
@@ -43,12 +52,22 @@ STUB_PREFIX = (
 )
 _STUB = STUB_PREFIX + (
     "posix.close(0); posix.open('/dev/null', posix.O_RDONLY)\n"
-    "g['_zygote'](int(sys.argv[1]))\n"
+    "g['_zygote'](int(sys.argv[1]), int(sys.argv[2]))\n"
 )
 
 
 class ZygoteDied(RuntimeError):
     pass
+
+
+class _Channel:
+    """One control socket and what its launcher has said on it."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.spawned: list[int] = []
+        self.alive = True
+        self.ready: int | None = None  # the user-namespace launcher's pid, once it said R
 
 
 class Zygote:
@@ -57,33 +76,42 @@ class Zygote:
     def __init__(self, executable: str, env: dict, boot_code: bytes):
         self.owner = os.getpid()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._proc = subprocess.Popen(
-            [executable, "-I", "-S", "-c", _STUB, str(theirs.fileno())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd="/",
-            start_new_session=True,
-            pass_fds=(theirs.fileno(),),
-        )
-        theirs.close()
+        userns_ours, userns_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [executable, "-I", "-S", "-c", _STUB, str(theirs.fileno()), str(userns_theirs.fileno())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                pass_fds=(theirs.fileno(), userns_theirs.fileno()),
+            )
+        except BaseException:
+            for sock in (ours, userns_ours):
+                sock.close()
+            raise
+        finally:
+            theirs.close()
+            userns_theirs.close()
         self._proc.stdin.write(b"%010d" % len(boot_code) + boot_code)
         self._proc.stdin.close()
-        self._sock = ours
+        self._main = _Channel(ours)
+        self._userns = _Channel(userns_ours)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._spawned: list[int] = []
         self.idle_judges: list[tuple[int, socket.socket]] = []  # judge servers between runs
         self._exits: dict[int, int] = {}
-        self.alive = True
-        threading.Thread(target=self._reader, name="mrgrpo-zygote-reader", daemon=True).start()
+        self._owners: dict[int, _Channel] = {}  # candidates of the user-namespace launcher
+        for channel, name in ((self._main, "mrgrpo-zygote-reader"), (self._userns, "mrgrpo-zygote-userns-reader")):
+            threading.Thread(target=self._reader, args=(channel,), name=name, daemon=True).start()
 
-    def _reader(self) -> None:
+    def _reader(self, channel: _Channel) -> None:
         buffer = b""
         try:
             while True:
-                chunk = self._sock.recv(65536)
+                chunk = channel.sock.recv(65536)
                 if not chunk:
                     break
                 buffer += chunk
@@ -91,51 +119,88 @@ class Zygote:
                 with self._cond:
                     for line in lines:
                         words = line.split()
-                        if len(words) == 2 and words[0] == b"P":
-                            self._spawned.append(int(words[1]))
+                        if len(words) == 2 and words[0] == b"P" and int(words[1]) > 1:
+                            channel.spawned.append(int(words[1]))
                         elif len(words) == 3 and words[0] == b"X":
                             self._exits[int(words[1])] = int(words[2])
+                        elif len(words) == 2 and words[0] == b"R" and channel is self._userns and int(words[1]) > 1:
+                            channel.ready = int(words[1])
                     self._cond.notify_all()
-        except OSError:
+        except (OSError, ValueError):
             pass
         with self._cond:
-            self.alive = False
+            channel.alive = False
             self._cond.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return self._main.alive
+
+    @alive.setter
+    def alive(self, value: bool) -> None:
+        self._main.alive = value
 
     @property
     def pid(self) -> int:
         return self._proc.pid
 
-    def spawn(self, kind: bytes, fds: Sequence[int], timeout: float = 30.0) -> int:
-        """Fork a candidate (``C``, its five pipe ends) or a judge server (``K``, its socket); the pid."""
+    @property
+    def userns_pid(self) -> int | None:
+        """The user-namespace launcher's pid while it serves, else None."""
+        channel = self._userns
+        return channel.ready if channel.alive else None
+
+    def _candidate_channel(self, timeout: float) -> _Channel:
+        """Where a candidate that may share the launcher's user namespace is forked."""
+        channel = self._userns
+        with self._cond:
+            if not self._cond.wait_for(lambda: channel.ready is not None or not channel.alive, timeout):
+                raise ZygoteDied("sandbox user-namespace launcher did not start")
+            if channel.alive:
+                return channel
+            if channel.ready is not None:
+                raise ZygoteDied("sandbox user-namespace launcher is gone")
+        return self._main  # none (real root, or user namespaces refused): the launcher makes them per run
+
+    def spawn(self, kind: bytes, fds: Sequence[int], timeout: float = 30.0, userns: bool = False) -> int:
+        """Fork a candidate (``C``, its five pipe ends) or a judge server (``K``, its socket); the
+        pid. ``userns``: a candidate that may be forked in the launcher's user namespace."""
         with self._send_lock:
             with self._cond:
                 if not self.alive:
                     raise ZygoteDied("sandbox launcher is gone")
+            channel = self._candidate_channel(timeout) if kind == b"C" and userns else self._main
             try:
-                socket.send_fds(self._sock, [kind], list(fds))
+                socket.send_fds(channel.sock, [kind], list(fds))
             except OSError as error:
                 raise ZygoteDied(str(error)) from error
             with self._cond:
-                if not self._cond.wait_for(lambda: self._spawned or not self.alive, timeout):
+                if not self._cond.wait_for(lambda: channel.spawned or not channel.alive, timeout):
                     raise ZygoteDied("sandbox launcher did not answer")
-                if not self._spawned:
+                if not channel.spawned:
                     raise ZygoteDied("sandbox launcher is gone")
-                return self._spawned.pop(0)
+                pid = channel.spawned.pop(0)
+                if channel is self._userns:
+                    self._owners[pid] = channel
+                return pid
 
     def wait(self, pid: int, timeout: float | None) -> int | None:
         """Exit code as ``Popen.returncode`` (negative: signal), or ``None`` on timeout."""
+        channel = self._owners.get(pid, self._main)
         with self._cond:
-            if not self._cond.wait_for(lambda: pid in self._exits or not self.alive, timeout):
+            if not self._cond.wait_for(lambda: pid in self._exits or not channel.alive, timeout):
                 return None
             if pid not in self._exits:
                 raise ZygoteDied("sandbox launcher is gone")
+            self._owners.pop(pid, None)
             return os.waitstatus_to_exitcode(self._exits.pop(pid))
 
     def forget(self) -> None:
-        """In a forked copy of the caller: close this copy's socket, leave the launcher alone."""
+        """In a forked copy of the caller: close this copy's sockets, leave the launcher alone."""
         self.alive = False
-        self._sock.close()
+        self._userns.alive = False
+        self._main.sock.close()
+        self._userns.sock.close()
 
     def exited(self, pid: int) -> bool:
         with self._cond:
@@ -145,17 +210,19 @@ class Zygote:
         """End the launcher and every process it started; reap it."""
         for _, sock in self.idle_judges:
             sock.close()
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
-            self._sock.close()
-        finally:
+        for sock in (self._userns.sock, self._main.sock):
             try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=5)
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            try:
+                sock.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=5)
+        except OSError:
+            pass

@@ -26,8 +26,8 @@ from mrgrpo.rewards.sandbox.launcher import STUB_PREFIX, Zygote, ZygoteDied
 from mrgrpo.rewards.sandbox.results import Limits, Result, parse_report
 
 # When the judge reports that the candidate ended early, the caller waits this long for its
-# exit status (its PID namespace's relay passes on how its child ended: a segfault stays a
-# segfault) before killing it; otherwise it is killed at once.
+# exit status (the launcher that reaps it, or its PID namespace's relay, passes on how it ended:
+# a segfault stays a segfault) before killing it; otherwise it is killed at once.
 _EXIT_GRACE_S = 0.2
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
@@ -143,8 +143,9 @@ class _DirectPair:
 class _ZygotePair:
     """A judge server (reused from run to run) and a candidate forked by the launcher."""
 
-    def __init__(self, zygote: Zygote):
+    def __init__(self, zygote: Zygote, userns: bool):
         self.zygote = zygote
+        self.userns = userns  # the candidate may be forked in the launcher's user namespace
         self.judge: tuple[int, socket.socket] | None = None
 
     def _judge(self) -> tuple[int, socket.socket]:
@@ -174,7 +175,7 @@ class _ZygotePair:
                     raise ZygoteDied("sandbox judge servers keep failing") from None
         self.judge = (pid, sock)
         try:
-            candidate = self.zygote.spawn(b"C", candidate_fds)
+            candidate = self.zygote.spawn(b"C", candidate_fds, userns=self.userns)
         except BaseException:
             self.end_judge(ok=False)
             raise
@@ -218,6 +219,8 @@ def _live_pids() -> set[int]:
     if z is not None and z.alive:
         pids.add(z.pid)
         pids.update(pid for pid, _ in list(z.idle_judges))
+        if z.userns_pid is not None:
+            pids.add(z.userns_pid)
     return pids
 
 
@@ -280,12 +283,15 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -
     return parse_report(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
 
 
-def execute(stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, launcher: bool) -> Result:
-    """One run: the judge's and the candidate's framed jobs -> the judged :class:`Result`."""
+def execute(stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, launcher: bool,
+            shared_userns: bool = True) -> Result:
+    """One run: the judge's and the candidate's framed jobs -> the judged :class:`Result`.
+    ``shared_userns``: the candidate may be forked in the launcher's user namespace (False when
+    its job refuses namespaces or seccomp, which that launcher's candidates cannot do without)."""
     zygote = _zygote() if launcher else None
     if zygote is not None:
         try:
-            return _run_pair(_ZygotePair(zygote), stdins, n_cases, limits)
+            return _run_pair(_ZygotePair(zygote, shared_userns), stdins, n_cases, limits)
         except ZygoteDied:
             _drop_zygote(zygote)
     boot = bootstrap_code()

@@ -27,6 +27,7 @@ The two sides of a run:
   ``/proc/<pid>/mem``).
 """
 
+from . import confine
 from .candidate import _candidate_main
 from .io import _arrange, _harden, _read_exact
 from .judge import _exceptions, _judge_main, _judge_server
@@ -58,7 +59,7 @@ _PRELOAD = (  # common in tests and programs; binascii/zlib/_ctypes need shared 
 )
 
 
-def _zygote(control_fd):
+def _zygote(control_fd, userns_fd=-1):
     """A launcher: a fresh interpreter that preloads common modules, then forks the two
     processes of each run from that pristine, secret-free state.
 
@@ -67,13 +68,14 @@ def _zygote(control_fd):
     with one socket end forks a judge server (:func:`_judge_server`). Replies: ``P <pid>`` per
     fork, ``X <pid> <wait status>`` per exit. When the control socket closes (the caller
     ended, however it ended), it kills every process it started and exits.
+
+    ``userns_fd``: the control socket of the user-namespace launcher (:func:`_userns_launcher`),
+    started here from the same preloaded state unless this is real root or the system refuses
+    user namespaces (then that socket just closes and the caller sends every candidate here).
     """
     import gc
     import importlib
     import posix
-    import select
-    import signal
-    import socket
     import sys
 
     for name in _PRELOAD:
@@ -85,12 +87,44 @@ def _zygote(control_fd):
     _exceptions(sys.modules["builtins"].__dict__)
     gc.collect()
     gc.freeze()  # forked children do not copy the preloaded heap's pages by collecting it
+    live = set()
+    if userns_fd >= 0:
+        if not confine._real_root():
+            pid = posix.fork()
+            if pid == 0:
+                _userns_launcher(userns_fd, control_fd)
+            live.add(pid)
+        posix.close(userns_fd)
+    _serve(control_fd, live, _fork_role)
+
+
+def _fork_role(message, fds, control, wake_r, wake_w):
+    """The launcher's fork: ``(pid, pid to report)``, or None for a message it does not serve."""
+    import posix
+
+    role = {(b"C", 5): "candidate", (b"K", 1): "judge"}.get((message[:1], len(fds)))
+    if role is None:
+        return None
+    pid = posix.fork()
+    if pid == 0:
+        _zygote_child(role, fds, control, wake_r, wake_w)
+    return pid, pid
+
+
+def _serve(control_fd, live, fork):
+    """The loop of a launcher: fork on each message (``fork`` says how), report forks and exits
+    (``X`` with the pid it reported for that child), kill everything when the control socket closes."""
+    import posix
+    import select
+    import signal
+    import socket
+
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = posix.pipe()
     posix.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    live = set()
+    reported = {}  # pid -> the pid the caller knows it by
 
     def reap():
         lines = []
@@ -102,7 +136,7 @@ def _zygote(control_fd):
             if pid == 0:
                 break
             live.discard(pid)
-            lines.append(b"X %d %d\n" % (pid, status))
+            lines.append(b"X %d %d\n" % (reported.pop(pid, pid), status))
         if lines:
             try:
                 control.sendall(b"".join(lines))
@@ -139,18 +173,153 @@ def _zygote(control_fd):
             shutdown()
         if not message:
             shutdown()
-        role = {(b"C", 5): "candidate", (b"K", 1): "judge"}.get((message[:1], len(fds)))
-        if role is None:
-            for fd in fds:
-                posix.close(fd)
-            continue
-        pid = posix.fork()
-        if pid == 0:
-            _zygote_child(role, fds, control, wake_r, wake_w)
-        live.add(pid)
+        try:
+            forked = fork(message, fds, control, wake_r, wake_w)
+        except OSError:
+            forked = False
+        if forked:
+            live.add(forked[0])
+            reported[forked[0]] = forked[1]
         for fd in fds:
             posix.close(fd)
-        control.sendall(b"P %d\n" % pid)
+        if forked is False:  # could not start it as promised: end, and the caller sees why
+            shutdown()
+        if forked:
+            control.sendall(b"P %d\n" % forked[1])
+
+
+_CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
+
+
+def _userns_launcher(control_fd, other_fd):
+    """The launcher of candidates for a caller that is not real root (forked by :func:`_zygote`).
+
+    Making a user namespace and a PID namespace, and the fork and relay a PID namespace needs,
+    cost about a millisecond of CPU a run; here they are made once. This process unshares a user
+    namespace (mapping the caller's uid and gid to themselves) and a PID namespace and forks
+    the launcher proper, process 1 of that PID namespace, then stays outside as its relay.
+    The launcher proper forks each candidate into a PID namespace of its own
+    (``unshare(CLONE_NEWPID)`` before the fork, ``setns`` back to its own after it: a PID
+    namespace made inside the user namespace it owns), so the candidate is process 1 there,
+    with one fork and no relay; the candidate then makes its own mount and network namespaces
+    and private root and drops every capability (:func:`~.confine.confine`). Candidates share
+    the user namespace and nothing else: no candidate can name another process (each is alone
+    in its PID namespace), none holds a capability there, and each has its own mounts, network
+    and working directory.
+
+    Candidates of one user namespace share its keyrings, which only the seccomp filter (it
+    refuses the key calls) keeps out of reach: so this launcher starts only where a child of it
+    can install that filter, the caller sends it no job that refuses seccomp, and its
+    candidates never run without it.
+
+    Same protocol as :func:`_zygote` on its own socket (``C`` only), the pids reported as the
+    caller sees them; first ``R <pid>`` once ready. If the namespaces or seccomp are refused, it
+    exits and the socket closes: the caller then sends its candidates to :func:`_zygote`.
+    """
+    import posix
+
+    code = 70
+    try:
+        posix.close(other_fd)
+        posix.setsid()
+        _harden(pdeathsig=True)
+        libc = confine._c()[1]
+        uid, gid = posix.geteuid(), posix.getegid()
+        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
+            posix._exit(0)
+        # /proc/self/*_map of a non-dumpable process belong to root: dumpable while writing them
+        libc.prctl(confine._PR_SET_DUMPABLE, 1, 0, 0, 0)
+        try:
+            confine._write("/proc/self/setgroups", "deny")
+            confine._write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
+            confine._write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
+        finally:
+            _harden(pdeathsig=True)
+        child = posix.fork()
+        if child:
+            confine._relay(child)
+        _harden(pdeathsig=True)  # ends with its relay (and everything in its PID namespace with it)
+        if not _seccomp_works():
+            posix._exit(0)  # before R: the caller sends its candidates to the launcher itself
+        confine.IN_LAUNCHER_USERNS = True
+        own = posix.open("/proc/self/ns/pid", posix.O_RDONLY | posix.O_CLOEXEC)
+        me = int(posix.readlink("/proc/self"))  # as the caller sees it (the caller's /proc)
+        posix.write(control_fd, b"R %d\n" % me)
+
+        def fork(message, fds, control, wake_r, wake_w):
+            if (message[:1], len(fds)) != (b"C", 5):
+                return None
+            if libc.unshare(_CLONE_NEWPID) != 0:  # never fork a candidate into this PID namespace
+                return False
+            try:
+                pid = posix.fork()
+            except OSError:
+                pid = -1
+            if pid == 0:
+                _zygote_child("candidate", fds, control, wake_r, wake_w)
+            if libc.setns(own, _CLONE_NEWPID) != 0:  # the next candidate's PID namespace: not this one's
+                posix._exit(71)
+            if pid < 0:
+                return False
+            host = _caller_pid(pid)
+            if host is None:
+                try:
+                    posix.kill(pid, 9)
+                    posix.waitpid(pid, 0)
+                except OSError:
+                    pass
+                return False
+            return pid, host
+
+        _serve(control_fd, set(), fork)
+    except BaseException:
+        pass
+    posix._exit(code)
+
+
+def _seccomp_works():
+    """Whether a child of this process can install the candidates' seccomp filter."""
+    import posix
+
+    pid = posix.fork()
+    if pid == 0:
+        try:
+            posix._exit(0 if confine._seccomp() else 1)
+        finally:
+            posix._exit(1)
+    while True:
+        try:
+            return posix.waitpid(pid, 0)[1] == 0
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+
+
+def _caller_pid(pid):
+    """The pid of this process's child ``pid`` as the caller knows it (through a pidfd's fdinfo in
+    the caller's /proc), or None."""
+    import posix
+
+    try:
+        fd = posix.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+    try:
+        info = posix.open("/proc/self/fdinfo/%d" % fd, posix.O_RDONLY)
+        try:
+            text = posix.read(info, 4096)
+        finally:
+            posix.close(info)
+    except OSError:
+        return None
+    finally:
+        posix.close(fd)
+    for line in text.split(b"\n"):
+        if line.startswith(b"Pid:"):
+            got = int(line.split()[1])
+            return got if got > 1 else None
+    return None
 
 
 def _zygote_child(role, fds, control, wake_r, wake_w):

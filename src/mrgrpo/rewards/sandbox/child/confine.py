@@ -9,8 +9,12 @@ layers this system allows and returns their names (``Result.isolation``):
   the private root is built.
 * ``netns``, ``mountns``: no network, a private mount table; ``pidns`` (not real root: the
   program shares the caller's uid): a private process tree (the program is process 1 of it:
-  no other process can be named, so none can be signalled or traced). The process that
-  created it stays outside as a *relay* that only waits and exits as its child did.
+  no other process can be named, so none can be signalled or traced). Started by the
+  launcher's user-namespace launcher (:func:`~.boot._userns_launcher`), the candidate is
+  already in that user namespace and process 1 of a fresh PID namespace
+  (:func:`_launcher_namespaces`: it only makes its own mount and network namespaces);
+  otherwise it makes all four here, and the process that created the PID namespace stays
+  outside as a *relay* that only waits and exits as its child did.
 * ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
   working directory: only the standard library (read-only bind, ``site-packages`` hidden),
   ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
@@ -34,6 +38,16 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _PRIVATE_WORKDIR = "/tmp/work"
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP = 1, 4, 38, 22
+_PR_SET_SECUREBITS = 28
+# SECBIT_NOROOT (+ locked), SECBIT_KEEP_CAPS_LOCKED, SECBIT_NO_CAP_AMBIENT_RAISE (+ locked): uid 0
+# of a user namespace regains no capability by execve, keeps none across setuid, raises no ambient ones
+_SECUREBITS = 0x01 | 0x02 | 0x20 | 0x40 | 0x80
+
+#: True in the processes of the launcher's user namespace (:func:`~.boot._userns_launcher` sets
+#: it): a candidate forked there is already in that user namespace, with its capabilities, and is
+#: process 1 of a PID namespace made for it alone. Such a candidate never runs without the
+#: seccomp filter (:func:`confine`).
+IN_LAUNCHER_USERNS = False
 
 
 def _c():
@@ -101,6 +115,22 @@ def _namespaces(job, layers):
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
         layers.append("pidns")
     return real_root
+
+
+def _launcher_namespaces(layers):
+    """The candidate of the launcher's user namespace: process 1 of a fresh PID namespace (checked:
+    never run in one shared with any other process); its own mount and network namespaces.
+    Raises OSError (still in ``userns`` and ``pidns``, which ``layers`` then names) when refused."""
+    import posix
+
+    if posix.getpid() != 1:
+        posix._exit(71)
+    _, libc, _ = _c()
+    layers.append("userns")
+    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) != 0:
+        layers.append("pidns")
+        raise OSError("unshare refused")
+    layers += ["netns", "mountns", "pidns"]
 
 
 def _relay(child):
@@ -207,9 +237,13 @@ def _populate(job, libc, root, real_root):
     return _PRIVATE_WORKDIR
 
 
-def _drop_capabilities():
-    """Every capability gone (in the user namespace; a process without them cannot regain them)."""
+def _drop_capabilities(user_namespace):
+    """Every capability gone (in the user namespace; a process without them cannot regain them:
+    in a user namespace, where the program may be its uid 0, the securebits also keep execve and
+    setuid from giving any back)."""
     ctypes, libc, _ = _c()
+    if user_namespace and libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0) != 0:
+        raise OSError("securebits refused")
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = (ctypes.c_uint32 * 6)()
     if libc.capset(header, data) != 0:
@@ -444,7 +478,13 @@ def confine(job):
     workdir = job["workdir"]
     real_root = False
     namespaced = False
-    if "namespaces" not in refuse:
+    if IN_LAUNCHER_USERNS:  # the caller sends a job that refuses namespaces to the launcher itself
+        try:
+            _launcher_namespaces(layers)
+            namespaced = True
+        except OSError:
+            pass
+    elif "namespaces" not in refuse:
         try:
             real_root = _namespaces(job, layers)
             namespaced = True
@@ -461,8 +501,8 @@ def confine(job):
     limit(job, drop, init="pidns" in layers)
     if drop is not None:
         layers.append("uid")
-    elif namespaced:
-        _drop_capabilities()
+    elif namespaced or IN_LAUNCHER_USERNS:
+        _drop_capabilities(user_namespace="userns" in layers)
     if "landlock" not in refuse:
         try:
             if _landlock([job["stdlib"]], [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"]):
@@ -471,4 +511,10 @@ def confine(job):
             pass
     if "seccomp" not in refuse and _seccomp():
         layers.append("seccomp")
+    elif IN_LAUNCHER_USERNS:
+        # Candidates of the launcher's user namespace share its keyrings: only seccomp (which
+        # refuses the key calls) keeps them apart, so none runs without it. Never reached in
+        # practice: that launcher starts only where its probe installed the filter, and the
+        # caller sends it no job that refuses seccomp.
+        posix._exit(71)
     return workdir, layers
