@@ -398,12 +398,16 @@ class GroupMoments:
         """``eps`` in the scaled units of :attr:`centered`."""
         return eps if self.scale is None else eps * self.scale
 
-    def zscores(self, eps: float, ddof: int) -> Tensor:
+    def zscores(self, eps: float, ddof: int, *, in_place: bool = False) -> Tensor:
         """Layout rows ``(x − mean)/(std + eps)``; 0 where centered is 0 (also if ``std + eps = 0``:
         then the column is constant in the group and ``centered`` is exactly 0, so dividing by 1
-        instead is exact)."""
+        instead is exact). ``in_place``: divide :attr:`centered` itself and return it (the same
+        values, without a second ``[N, C]`` tensor; :attr:`centered` is no longer the centered
+        values afterwards)."""
         denominator = self.std(ddof) + self.scaled_eps(eps)
         safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+        if in_place:
+            return self.centered.div_(self.groups.spread(safe))
         return self.centered / self.groups.spread(safe)
 
     def unit(self) -> tuple[Tensor, Tensor]:
@@ -553,6 +557,43 @@ def column_sums64(x: Tensor) -> Tensor:
         chunk = buffer[: stop - start]
         chunk.copy_(x[start:stop])
         out += torch.mv(chunk.T, ones[: stop - start])
+    return out
+
+
+#: Rows folded into one wide row by :func:`column_extremes` and :func:`minus_columns`.
+FOLD_ROWS = 64
+
+
+def column_extremes(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-column minimum and maximum ``[C]`` of ``x`` ``[N, C]`` (NaN propagating, as ``amin``
+    and ``amax``), exact. Reducing the rows of a narrow matrix one at a time is slow (``C``
+    lanes): the rows are first folded in runs of ``FOLD_ROWS`` into wide rows and reduced over
+    those, then over the fold (on the CPU at N = 262,144, K = 7, 0.2 ms against 10 ms)."""
+    n, c = x.shape
+    whole = n - n % FOLD_ROWS
+    if whole == 0 or not x.is_contiguous():
+        return x.amin(dim=0), x.amax(dim=0)
+    wide = x[:whole].view(whole // FOLD_ROWS, FOLD_ROWS * c)
+    low = wide.amin(dim=0).view(FOLD_ROWS, c).amin(dim=0)
+    high = wide.amax(dim=0).view(FOLD_ROWS, c).amax(dim=0)
+    if whole < n:
+        low = torch.minimum(low, x[whole:].amin(dim=0))
+        high = torch.maximum(high, x[whole:].amax(dim=0))
+    return low, high
+
+
+def minus_columns(x: Tensor, values: Tensor) -> Tensor:
+    """``x − values`` for ``x`` ``[N, C]`` and ``values`` ``[C]`` (the same elementwise
+    differences), on rows folded as in :func:`column_extremes`: a broadcast along a short last
+    axis is several times slower than one along a wide row."""
+    n, c = x.shape
+    whole = n - n % FOLD_ROWS
+    if whole == 0 or not x.is_contiguous():
+        return x - values
+    out = torch.empty_like(x)
+    torch.sub(x[:whole].view(-1, FOLD_ROWS * c), values.repeat(FOLD_ROWS), out=out[:whole].view(-1, FOLD_ROWS * c))
+    if whole < n:
+        torch.sub(x[whole:], values, out=out[whole:])
     return out
 
 
