@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from mrgrpo.estimators._multi import choice_option, ddof_option, eps_option, given, number_option
-from mrgrpo.estimators.groups import Groups, batch_standardize, group_moments, make_groups
+from mrgrpo.estimators.groups import Groups, batch_standardize, group_moments, make_groups, standardize_kept
 from mrgrpo.estimators.registry import register_estimator
 
 MODES = ("hard", "snr")
@@ -111,11 +111,19 @@ def _doubtful_groups(z: Tensor, sum_sq: Tensor, groups: Groups) -> Tensor:
     magnitude = z.abs()
     if groups.block_size is not None:
         near = _smallest_in_block(magnitude) < DOUBTFUL
-    else:
+        return groups.flat_groups(near & (sum_sq > 0)).any(dim=1)
+    # [K, N]: only the rollouts with some |z| < DOUBTFUL (usually few) can make a group doubtful
+    candidates = (magnitude.amin(dim=0) < DOUBTFUL).nonzero().flatten()
+    if 4 * candidates.numel() > groups.num_rollouts:  # many (components constant in many groups)
         # Σ_g max(DOUBTFUL − |z|, 0) > 0 exactly when some member has |z| < DOUBTFUL (the
         # difference is positive exactly then; a sum of nonnegative numbers is 0 only when each is)
         near = groups.total(magnitude.neg_().add_(DOUBTFUL).clamp_(min=0.0)) > 0
-    return groups.flat_groups(near & (sum_sq > 0)).any(dim=1)
+        return groups.flat_groups(near & (sum_sq > 0)).any(dim=1)
+    codes = groups.index[candidates]
+    hit = ((magnitude.index_select(1, candidates) < DOUBTFUL) & (sum_sq > 0).index_select(1, codes)).any(dim=0)
+    doubtful = torch.zeros(groups.num_groups, dtype=torch.bool, device=z.device)
+    doubtful[codes[hit]] = True
+    return doubtful
 
 
 def weighted_zscores(
@@ -234,5 +242,7 @@ def gd2po(
     else:  # every rollout scored
         kept = ~dropped
         ratio = groups.sum(kept.to(summed.dtype)) / groups.sizes.to(summed.dtype)
-    # (the rows not kept get 0 from the whitening, whatever their value here)
-    return batch_standardize(summed * groups.gather(ratio), kept, ddof, eps)
+    values = summed * groups.gather(ratio)  # (the rows not kept get 0 from the whitening)
+    if bool(torch.isfinite(values.sum())):  # (every value finite, the usual case)
+        return standardize_kept(values, kept, ddof, eps)
+    return batch_standardize(values, kept, ddof, eps)
