@@ -37,12 +37,13 @@ def conflict_filter(contributions: Tensor, mode: str, tau: float, dim: int = 1) 
     magnitude = magnitude @ ones if last else magnitude.sum(dim=dim)
     low = summed.abs() / (magnitude + RATIO_EPS) < tau
     margin = certain_conflict_magnitude(contributions.shape[dim], tau, contributions.dtype)
-    if margin is None or not bool(magnitude.max() <= torch.finfo(magnitude.dtype).max / 4):
+    # (the bound assumes sums that do not overflow: else, or with NaN, the sign test everywhere)
+    if margin is None or not magnitude.numel() or not bool(magnitude.max() <= torch.finfo(magnitude.dtype).max / 4):
         return summed, _conflicts(contributions, dim) & low
     certain = magnitude > margin
     dropped = low & certain
     # The rest of the low-agreement rollouts: those with every u_ik = 0 (magnitude 0) do not
-    # conflict; the others (some |u_ik| within about 1e-7 of 0, all of them) are tested.
+    # conflict; the others (Σ_k |u_ik| at most the bound, about 1e-6 at tau 0.8) are tested.
     unsure = (low & ~certain & (magnitude > 0)).nonzero().flatten()
     if unsure.numel():
         rows = contributions.index_select(1 - dim, unsure)
