@@ -113,16 +113,24 @@ def _adversarial_contributions(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("tau", [0.0, 0.3, 0.8, 0.99, 1 - 1e-6, 1.0])
 @pytest.mark.parametrize("dim", [0, 1])
-def test_conflict_filter_drops_exactly_as_the_sign_test(dtype, tau, dim):
+@pytest.mark.parametrize("factored", [False, True])
+def test_conflict_filter_drops_exactly_as_the_sign_test(dtype, tau, dim, factored):
     # snr mode settles most drops from the agreement and a bound on the magnitude, without the
-    # sign test: it must drop exactly the rollouts the sign test and the agreement drop.
-    u = _adversarial_contributions(dtype)
-    layout = u if dim == 1 else u.T.contiguous()
-    summed, dropped = conflict_filter(layout, "snr", tau, dim=dim)
-    magnitude = layout.abs() @ layout.new_ones(u.shape[1]) if dim == 1 else layout.abs().sum(dim=0)
+    # sign test: it must drop exactly the rollouts the sign test and the agreement drop, also
+    # when given z and the weights (u = w * z, never formed but where the sign test runs).
+    z = _adversarial_contributions(dtype)
+    w = torch.tensor([0.3, -2.0, 1.0, 0.0, 1e-3], dtype=dtype) if factored else torch.ones(z.shape[1], dtype=dtype)
+    u = z * w
+    given, options = (z, {"factors": w}) if factored else (u, {})
+    layout = given if dim == 1 else given.T.contiguous()
+    summed, dropped = conflict_filter(layout, "snr", tau, dim=dim, **options)
+    if dim == 1:
+        magnitude = layout.abs() @ w.abs() if factored else layout.abs() @ w
+    else:
+        magnitude = w.abs() @ layout.abs() if factored else layout.abs().sum(dim=0)
     conflict = (u.amax(dim=1) > SIGN_EPS) & (u.amin(dim=1) < -SIGN_EPS)
     expected = conflict & (summed.abs() / (magnitude + RATIO_EPS) < tau)
     assert torch.equal(dropped, expected)
     assert 0 < int(expected.sum()) < u.shape[0] or tau == 0.0
-    _, hard = conflict_filter(layout, "hard", tau, dim=dim)
+    _, hard = conflict_filter(layout, "hard", tau, dim=dim, **options)
     assert torch.equal(hard, conflict)
