@@ -7,6 +7,7 @@ import torch
 import mrgrpo
 from mrgrpo.errors import ConfigError
 from mrgrpo.estimators import reference
+from mrgrpo.estimators.gd2po import RATIO_EPS, SIGN_EPS, conflict_filter
 
 OPTIONS = [{}, {"mode": "hard"}, {"mode": "snr", "tau": 0.3}, {"tau": 2.0}, {"eps": 1e-4, "ddof": 0}]
 
@@ -91,3 +92,45 @@ def test_bad_options_raise_one_line(options, message):
     with pytest.raises(ConfigError, match=message) as error:
         mrgrpo.compute_advantages([[1.0, 2.0], [2.0, 1.0]], [0, 0], "gd2po", **options)
     assert "\n" not in str(error.value)
+
+
+def _adversarial_contributions(dtype):
+    # Magnitudes from 1e-12 to 1e3, exact zeros, entries at and next to +-1e-8, and rows whose
+    # significant entries share a sign next to tiny entries of the other sign (no conflict, yet
+    # an agreement that can be below tau).
+    rng = np.random.default_rng(0)
+    n, k = 20000, 5
+    u = rng.standard_normal((n, k)) * 10.0 ** rng.uniform(-12, 3, size=(n, 1))
+    u[rng.random((n, k)) < 0.2] = 0.0
+    edge = rng.random((n, k)) < 0.1
+    u[edge] = rng.choice([-1.0, 1.0], edge.sum()) * 1e-8 * (1 + rng.choice([-1e-6, 0.0, 1e-6], edge.sum()))
+    one_sided = slice(0, n // 3)
+    u[one_sided] = np.abs(u[one_sided])
+    u[one_sided, 0] = -1e-8 * rng.uniform(0, 1, n // 3)
+    return torch.tensor(u, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tau", [0.0, 0.3, 0.8, 0.99, 1 - 1e-6, 1.0])
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("factored", [False, True])
+def test_conflict_filter_drops_exactly_as_the_sign_test(dtype, tau, dim, factored):
+    # snr mode settles most drops from the agreement and a bound on the magnitude, without the
+    # sign test: it must drop exactly the rollouts the sign test and the agreement drop, also
+    # when given z and the weights (u = w * z, never formed but where the sign test runs).
+    z = _adversarial_contributions(dtype)
+    w = torch.tensor([0.3, -2.0, 1.0, 0.0, 1e-3], dtype=dtype) if factored else torch.ones(z.shape[1], dtype=dtype)
+    u = z * w
+    given, options = (z, {"factors": w}) if factored else (u, {})
+    layout = given if dim == 1 else given.T.contiguous()
+    summed, dropped = conflict_filter(layout, "snr", tau, dim=dim, **options)
+    if dim == 1:
+        magnitude = layout.abs() @ w.abs() if factored else layout.abs() @ w
+    else:
+        magnitude = w.abs() @ layout.abs() if factored else layout.abs().sum(dim=0)
+    conflict = (u.amax(dim=1) > SIGN_EPS) & (u.amin(dim=1) < -SIGN_EPS)
+    expected = conflict & (summed.abs() / (magnitude + RATIO_EPS) < tau)
+    assert torch.equal(dropped, expected)
+    assert 0 < int(expected.sum()) < u.shape[0] or tau == 0.0
+    _, hard = conflict_filter(layout, "hard", tau, dim=dim, **options)
+    assert torch.equal(hard, conflict)

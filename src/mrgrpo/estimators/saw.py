@@ -10,7 +10,7 @@ from torch import Tensor
 from mrgrpo.errors import ConfigError
 from mrgrpo.estimators._multi import batch_mean_std, choice_option, ddof_option, eps_option, given, number_option
 from mrgrpo.estimators.gdpo import summed_zscores
-from mrgrpo.estimators.groups import Groups, column_sums64, pow2_scale
+from mrgrpo.estimators.groups import Groups, column_extremes, column_sums64, minus_columns, pow2_scale
 from mrgrpo.estimators.grpo import grpo
 from mrgrpo.estimators.registry import register_estimator
 
@@ -42,15 +42,15 @@ def _cv_fast(rewards: Tensor, reward_mins: Tensor | None, delta: float) -> Tenso
     sums = column_sums64(rewards)
     if not bool(torch.isfinite(sums).all()):  # NaN (or an overflow)
         return None
-    low, high = rewards.amin(dim=0), rewards.amax(dim=0)
+    low, high = column_extremes(rewards)
     largest = float(torch.maximum(low.abs(), high.abs()).max())
     if largest > 2.0**60 or (0 < largest < 2.0**-60):
         return None
     mean = sums / n
-    centered = rewards - mean.to(rewards.dtype)
+    centered = minus_columns(rewards, mean.to(rewards.dtype))
     # Σ(x − m)² from the values centered on the rounded mean m' (exact: Σc'² − (Σc')²/n)
     first = column_sums64(centered)
-    second = column_sums64(centered * centered)
+    second = column_sums64(centered.mul_(centered))  # (in place: a second [N, K] costs more)
     var = ((second - first * first / n) / (n - 1)).clamp(min=0.0)
     mins = low.to(torch.float64) if reward_mins is None else reward_mins
     return var.sqrt() / ((mean - mins).abs() + delta)
