@@ -7,7 +7,8 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``userns`` (not real root): a new user namespace mapping the caller's uid and gid to
   themselves, so the namespaces below need no privilege; every capability is dropped once
   the private root is built.
-* ``netns``, ``mountns``: no network, a private mount table; ``pidns`` (not real root: the
+* ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, SysV IPC objects and
+  POSIX message queues of its own; ``pidns`` (not real root: the
   program shares the caller's uid): a private process tree (the program is process 1 of it:
   no other process can be named, so none can be signalled or traced). Started by the
   launcher's user-namespace launcher (:func:`~.boot._userns_launcher`), the candidate is
@@ -18,13 +19,14 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
   working directory: only the standard library (read-only bind, ``site-packages`` hidden),
   ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
-* ``uid`` (real root only): a drop to a fresh per-run uid.
+* ``uid`` (real root only, with or without the namespaces): a drop to a fresh per-run uid and
+  gid, no groups, no capability in any set (:func:`_drop_root`).
 * ``landlock`` (where the kernel has it): reading only the standard library and the devices,
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
   other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
   ``AF_UNIX`` only), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
-  ``bpf``, and calls that reach other processes' scheduling, limits or memory.
+  ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory.
 
 Each layer is tried independently: a system that refuses namespaces (Docker's default seccomp
 profile) still gets Landlock and seccomp. ``job["refuse"]`` names layers not to try (tests
@@ -281,11 +283,17 @@ def _reach_stdlib(stdlib):
     for i, part in enumerate(parts):
         path += "/" + part
         need = 0o001 | (0o004 if i == len(parts) - 1 else 0)  # others: search (and read the library)
-        if posix.stat(path).st_mode & need != need:
-            break
+        try:
+            if posix.stat(path).st_mode & need != need:
+                break
+        except OSError:
+            return  # no such library: nothing to point at
     else:
         return
-    via = "/proc/self/fd/%d" % posix.open(stdlib, posix.O_PATH | posix.O_DIRECTORY)
+    try:
+        via = "/proc/self/fd/%d" % posix.open(stdlib, posix.O_PATH | posix.O_DIRECTORY)
+    except OSError:
+        return
 
     def moved(entry):
         if type(entry) is str and (entry == stdlib or entry.startswith(stdlib + "/")):
