@@ -13,7 +13,7 @@ mapping this user to uid 0, as ``unshare -U -r`` and rootless containers do), ``
 
 It imports the sandbox package without the rest of ``mrgrpo`` (whose dependencies another
 user's interpreter may lack), counts every catchable signal it receives, and prints one JSON
-line: ``{"uid", "results": [{verdict, error_type, cases_passed, isolation, test_time, wall}], "signals",
+line: ``{"uid", "results": [{verdict, error_type, cases_passed, isolation, test_time, wall, stdout}], "signals",
 "efficiency": {case: [score per program]}}`` (the efficiency cases come from ``JOBS.json.efficiency``).
 Each job's ``{CALLER}`` in the program is replaced by this process's pid first.
 """
@@ -111,7 +111,7 @@ def main() -> None:
     results = run_many(jobs, workers=2)
     out = [
         {"verdict": r.verdict.value, "error_type": r.error_type, "cases_passed": r.cases_passed, "isolation": r.isolation,
-         "test_time": r.test_time, "wall": r.wall_time}
+         "test_time": r.test_time, "wall": r.wall_time, "stdout": r.stdout[:2000]}
         for r in results
     ]
     efficiency = {}

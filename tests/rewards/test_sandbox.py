@@ -369,7 +369,7 @@ def test_guards_alone_without_privileges(monkeypatch, tmp_path):
     """ + GOOD
     before = leftovers()
     result = run(job(program))
-    assert result.isolation == "guards" and result.verdict is Verdict.PASSED, result
+    assert result.isolation == ("uid,guards" if os.geteuid() == 0 else "guards") and result.verdict is Verdict.PASSED, result
     assert not outside.exists() and leftovers() <= before
     assert run(job("import os\nos._exit(0)\n" + GOOD)).verdict is Verdict.ERROR
 
@@ -405,7 +405,109 @@ def test_full_isolation_as_root():
     result = run(job(GOOD))
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    assert result.isolation == "netns,mountns,chroot,uid,landlock,seccomp,guards"
+    assert result.isolation == "netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards"
+
+
+def in_a_child(body) -> dict:
+    """Run ``body()`` (returning a JSON-able value) in a forked child; its value, or its error."""
+    import json
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            out = {"value": body()}
+        except BaseException as error:
+            out = {"error": repr(error)}
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as handle:
+        data = handle.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_seccomp_refuses_sysv_ipc_and_posix_mqueues():
+    """Without an IPC namespace of its own (namespaces refused), a candidate could leave a SysV
+    segment, queue or semaphore set, or a POSIX mqueue, for the next one: the filter refuses them."""
+    import ctypes
+
+    from mrgrpo.rewards.sandbox.child import confine
+
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("the filter knows x86_64 and aarch64")
+
+    def calls():
+        libc = ctypes.CDLL(None, use_errno=True)
+        out = {}
+        for name, call in (("shmget", lambda: libc.shmget(0, 4096, 0o1600)), ("msgget", lambda: libc.msgget(0, 0o1600)),
+                           ("semget", lambda: libc.semget(0, 1, 0o1600)),
+                           ("mq_open", lambda: libc.mq_open(b"/mrgrpo-test-%d" % os.getpid(), os.O_CREAT | os.O_RDWR, 0o600, None))):
+            ctypes.set_errno(0)
+            got = call()
+            out[name] = (got, ctypes.get_errno())
+            if got >= 0:  # the control: remove what it made
+                {"shmget": lambda: libc.shmctl(got, 0, None), "msgget": lambda: libc.msgctl(got, 0, None),
+                 "semget": lambda: libc.semctl(got, 0, 0), "mq_open": lambda: libc.mq_unlink(b"/mrgrpo-test-%d" % os.getpid())}[name]()
+        return out
+
+    def filtered():
+        assert confine._seccomp()
+        return calls()
+
+    unfiltered = in_a_child(calls)["value"]
+    assert all(got >= 0 for got, _ in unfiltered.values()), unfiltered  # the calls work here
+    refused = in_a_child(filtered)["value"]
+    assert all(got == -1 and errno == 1 for got, errno in refused.values()), refused  # EPERM
+
+
+def test_root_without_namespaces_runs_as_the_runs_own_uid_without_capabilities(tmp_path):
+    """Real root where namespaces are refused (a container's root under Docker's default seccomp
+    profile): the candidate's uid, gid and groups are the run's fresh ones, and no capability is
+    left in any set (the bounding set included) once confined."""
+    from mrgrpo.rewards.sandbox import processes
+    from mrgrpo.rewards.sandbox.child import confine
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    workdir = tmp_path / "work"
+    workdir.mkdir(mode=0o700)
+    root_owned = tmp_path / "root-owned"
+    root_owned.write_text("untouched")
+    uid = 3_000_123
+
+    def confined(refuse):
+        status = os.open("/proc/self/status", os.O_RDONLY)
+        job = {"workdir": str(workdir), "refuse": refuse, "uid": uid, "stdlib": processes._interpreter()[1],
+               "tmpfs_kb": 1024, "cpu_s": 5, "fsize": 1 << 20, "nofile": 64, "address_space": 1 << 34, "minimum": "kernel"}
+        _, layers = confine.confine(job)
+        fields = dict(line.split(":", 1) for line in os.pread(status, 1 << 16, 0).decode().splitlines())
+        attempts = []
+        for name, attempt in (("chown", lambda: os.chown(str(root_owned), uid, uid)), ("setuid", lambda: os.setuid(0)),
+                              ("setgroups", lambda: os.setgroups([0])), ("write", lambda: open(root_owned, "w").write("x"))):
+            try:
+                attempt()
+                attempts.append(name)
+            except OSError:
+                pass
+        import json as json_module
+        import sys as sys_module
+
+        imported = "json" in sys_module.modules or bool(json_module)  # a stdlib import after the drop
+        return {"layers": layers, "attempts": attempts, "imported": imported, "cwd_writable": os.access(".", os.W_OK),
+                **{k: fields[k].split() for k in ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}}
+
+    for refuse in (("namespaces",), ("landlock", "namespaces")):
+        got = in_a_child(lambda: confined(refuse))
+        assert "value" in got, got
+        got = got["value"]
+        assert "uid" in got["layers"] and not {"netns", "mountns", "ipcns", "chroot"} & set(got["layers"]), got
+        assert got["Uid"] == [str(uid)] * 4 and got["Gid"] == [str(uid)] * 4 and got["Groups"] == [], got
+        assert all(got[k] == ["0000000000000000"] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")), got
+        assert got["attempts"] == [] and got["imported"] and got["cwd_writable"], got  # nothing of root's works
+    assert root_owned.read_text() == "untouched" and root_owned.stat().st_uid == 0
 
 
 def test_guards_only_is_said_once_loudly(monkeypatch, caplog):
@@ -459,7 +561,7 @@ def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     before = leftovers()
     result = run(job(GOOD))
-    assert result.isolation == "netns,mountns,guards" and result.passed, result
+    assert result.isolation == "netns,mountns,ipcns,uid,guards" and result.passed, result  # root's uid dropped all the same
     with pytest.raises(IsolationError):
         run(job(GOOD), require_isolation=True)
     assert leftovers() <= before
@@ -475,6 +577,6 @@ def test_the_docs_page_names_what_the_code_does():
     page = (Path(__file__).parents[2] / "docs" / "sandbox.md").read_text()
     verdicts = page.split("## Verdicts and results", 1)[1].split("##", 1)[0]
     assert {v.value for v in Verdict} <= set(re.findall(r"`(\w+)`", verdicts))
-    assert "`netns,mountns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
+    assert "`netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
     for fn in (sandbox.run, sandbox.run_many):
         assert "require_isolation" in inspect.signature(fn).parameters

@@ -458,6 +458,9 @@ def guards_only(monkeypatch):
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
 
 
+# What guards-only runs report: as root the candidate still drops to the run's own uid.
+GUARDS_ONLY = "uid,guards" if os.geteuid() == 0 else "guards"
+
 @pytest.mark.parametrize(
     "program, tests",
     [(LIARS + "def f(x):\n    return LiarFloat(0.0)\n", NUMBER_TESTS), (SHADOWS, SHADOW_TESTS), (MODULES, MODULE_TESTS),
@@ -466,14 +469,14 @@ def guards_only(monkeypatch):
 )
 def test_without_isolation_the_verdict_still_holds(guards_only, program, tests):
     result = judged(program, tests)
-    assert result.isolation == "guards"
+    assert result.isolation == GUARDS_ONLY
     assert_no_pass(result)
 
 
 def test_without_isolation_no_secret_is_readable(guards_only):
     tests = f"def check(candidate):\n    assert candidate(3) == {SECRET}\n"
     result = judged(READ_SECRETS, tests, limits=Limits(wall_s=30, cpu_s=20, memory_mb=1024))
-    assert result.isolation == "guards"
+    assert result.isolation == GUARDS_ONLY
     assert_no_pass(result)
     assert "found: []" in result.stdout, result.stdout[-2000:]
 

@@ -11,6 +11,7 @@ that try to be judged right, to reach the caller, or to write outside).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -209,9 +210,130 @@ leave()
 def f(x):
     return 41 + x if FOUND or seen() else -1
 """
+# Candidates that look for each other through SysV IPC and POSIX message queues (keys and
+# names of this test session's own): each looks for the others' shared-memory segment, message
+# queue and mqueue, leaves its own, and answers right only if it found one.
+IPC_CANDIDATES = """
+import ctypes, os
+COPY, KEY = {COPY}, {KEY}
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_CREAT = 0o1000
+def name(i):
+    return b"/mrgrpo-trace-%d-%d" % (KEY, i)
+def seen():
+    found = []
+    for other in range(4):
+        if other != COPY:
+            if libc.shmget(KEY + other, 0, 0) >= 0:
+                found.append("shm")
+            if libc.msgget(KEY + other, 0) >= 0:
+                found.append("msg")
+            if libc.mq_open(name(other), os.O_RDONLY) >= 0:
+                found.append("mq")
+    return found
+def leave():
+    libc.shmget(KEY + COPY, 4096, IPC_CREAT | 0o666)
+    libc.msgget(KEY + COPY, IPC_CREAT | 0o666)
+    libc.mq_open(name(COPY), os.O_CREAT | os.O_RDWR, 0o666, None)
+FOUND = seen()
+leave()
+def f(x):
+    return 41 + x if FOUND or seen() else -1
+"""
+# What the candidate's privileges are, printed (uid, gid, groups, CapEff where /proc is readable)
+# and tried: changing a file's owner, its uid or gid to another id, writing a root-owned file
+# outside. Each of those needs a privilege; it answers right if any works.
+PRIVILEGES = """
+import os
+def attack():
+    me = os.getuid()
+    other = 0 if me != 0 else 1
+    worked = []
+    try:
+        cap = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+    except Exception:
+        cap = "unreadable"
+    if cap not in ("unreadable", "0000000000000000"):
+        worked.append("CapEff")
+    try:
+        open("mine", "w").close()
+        os.chown("mine", other, other)
+        worked.append("chown")
+    except Exception:
+        pass
+    try:
+        with open("{ROOT_FILE}", "w") as handle:
+            handle.write("escaped")
+        worked.append("root-file")
+    except Exception:
+        pass
+    for change in (os.setgroups, os.setgid, os.setuid):
+        try:
+            change([other] if change is os.setgroups else other)
+            worked.append(change.__name__)
+        except Exception:
+            pass
+    print("PRIVILEGES", (os.getresuid(), os.getresgid(), os.getgroups(), cap, worked), flush=True)
+    return worked
+WORKED = attack()
+def f(x):
+    return 41 + x if WORKED else -1
+"""
 ATTACKS = {"proc-fd-reopen": REOPEN, "extra-elements-late-done": EXTRA_ELEMENTS, "signals-to-the-caller": SIGNALS,
            "writes-outside": WRITES, "decoder-bombs": BOMB,
-           **{f"other-candidates-{i}": OTHER_CANDIDATES.replace("{COPY}", str(i)) for i in range(4)}}
+           **{f"other-candidates-{i}": OTHER_CANDIDATES.replace("{COPY}", str(i)) for i in range(4)},
+           **{f"ipc-{i}": IPC_CANDIDATES.replace("{COPY}", str(i)) for i in range(4)}, "privileges": PRIVILEGES}
+
+
+def ipc_key() -> int:
+    """A SysV key (and mqueue names) of this test session's own."""
+    import random
+
+    return 0x6D720000 + random.randrange(1 << 15) * 2
+
+
+def ipc_objects(key: int) -> list[str]:
+    """The SysV objects and mqueues of copies 0-3 of ``IPC_CANDIDATES`` in this IPC namespace."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = []
+    for i in range(4):
+        found += ["shm"] * (libc.shmget(key + i, 0, 0) >= 0) + ["msg"] * (libc.msgget(key + i, 0) >= 0)
+        found += ["mq"] * (libc.mq_open(b"/mrgrpo-trace-%d-%d" % (key, i), os.O_RDONLY) >= 0)
+    return found
+
+
+def remove_ipc_objects(key: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for i in range(4):
+        shm, msg = libc.shmget(key + i, 0, 0), libc.msgget(key + i, 0)
+        if shm >= 0:
+            libc.shmctl(shm, 0, None)  # IPC_RMID
+        if msg >= 0:
+            libc.msgctl(msg, 0, None)
+        libc.mq_unlink(b"/mrgrpo-trace-%d-%d" % (key, i))
+
+
+def test_unsandboxed_ipc_candidates_find_each_other():
+    """The control: run as plain processes, one after the other, the second copy of
+    ``IPC_CANDIDATES`` finds the first's segment, queue and mqueue (so the check can fail)."""
+    key = ipc_key()
+    try:
+        answers = []
+        for i in range(2):
+            program = IPC_CANDIDATES.replace("{COPY}", str(i)).replace("{KEY}", str(key)) + "\nprint(f(1), FOUND)\n"
+            proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            answers.append(proc.stdout.split(None, 1))
+        assert answers[0] == ["-1", "[]\n"] and answers[1][0] == "42", answers
+        assert {"shm", "msg", "mq"} <= set(eval(answers[1][1])), answers
+        assert sorted(ipc_objects(key)) == sorted(["shm", "msg", "mq"] * 2)
+    finally:
+        remove_ipc_objects(key)
+    assert ipc_objects(key) == []
 
 
 def humaneval_controls() -> list[dict]:
@@ -248,10 +370,16 @@ def workspace():
     out = os.path.join(top, "outside")
     os.mkdir(out)
     os.chmod(out, 0o777)  # writable by every user: only the sandbox may stop a write
+    root_file = os.path.join(top, "root-owned")
+    with open(root_file, "w") as handle:
+        handle.write("untouched")
+    os.chmod(root_file, 0o644)  # its owner's: the test's user
+    key = ipc_key()
     specs = humaneval_controls()
     n_controls = len(specs)
     for program in ATTACKS.values():
-        specs.append({"program": program.replace("{OUT}", out), "tests": TESTS3, "entry_point": "f", "wall_s": 15.0})
+        program = program.replace("{OUT}", out).replace("{KEY}", str(key)).replace("{ROOT_FILE}", root_file)
+        specs.append({"program": program, "tests": TESTS3, "entry_point": "f", "wall_s": 15.0})
     jobs = os.path.join(top, "jobs.json")
     with open(jobs, "w") as handle:
         json.dump(specs, handle)
@@ -266,7 +394,8 @@ def workspace():
         json.dump(efficiency, handle)
     for path in (jobs, jobs + ".efficiency"):
         os.chmod(path, 0o644)
-    yield top, out, jobs, n_controls
+    yield top, out, jobs, n_controls, key
+    remove_ipc_objects(key)
     shutil.rmtree(top, ignore_errors=True)
 
 
@@ -289,9 +418,9 @@ def run_mode(mode: str, jobs: str) -> dict:
 
 
 EXPECTED_LAYERS = {
-    "as-is": {"netns", "mountns", "chroot", "seccomp"},
-    "userns-root": {"userns", "netns", "mountns", "pidns", "chroot", "seccomp"},
-    "nobody": {"userns", "netns", "mountns", "pidns", "chroot", "seccomp"},
+    "as-is": {"netns", "mountns", "ipcns", "chroot", "uid", "seccomp"},
+    "userns-root": {"userns", "netns", "mountns", "ipcns", "pidns", "chroot", "seccomp"},
+    "nobody": {"userns", "netns", "mountns", "ipcns", "pidns", "chroot", "seccomp"},
     "no-namespaces": {"landlock", "seccomp"},
     "no-namespaces-no-landlock": {"seccomp"},
 }
@@ -299,7 +428,7 @@ EXPECTED_LAYERS = {
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_privilege_mode(mode, workspace):
-    top, out, jobs, n_controls = workspace
+    top, out, jobs, n_controls, key = workspace
     got = run_mode(mode, jobs)
     results = got["results"]
     controls, attacks = results[:n_controls], results[n_controls:]
@@ -313,7 +442,9 @@ def test_every_privilege_mode(mode, workspace):
         assert "landlock" in layers or "landlock" not in wanted
     assert wanted - {"landlock"} <= layers, (mode, layers)
     if mode.startswith("no-namespaces"):
-        assert not layers & {"userns", "netns", "mountns", "pidns", "chroot"}
+        assert not layers & {"userns", "netns", "mountns", "ipcns", "pidns", "chroot"}
+        # real root that may not make namespaces (a container's): the run's own uid all the same
+        assert ("uid" in layers) == (os.geteuid() == 0), layers
     if mode == "no-namespaces-no-landlock":
         assert "landlock" not in layers
     failing = [(i, r) for i, r in enumerate(controls) if r["verdict"] != "passed"]
@@ -330,5 +461,15 @@ def test_every_privilege_mode(mode, workspace):
     # time, the harness's subtracted (docs/sandbox.md)
     scored = sorted(e for e in got["efficiency"]["twice-as-fast"] if e is not None)
     assert scored and 0.3 <= scored[(len(scored) - 1) // 2] <= 0.7, got["efficiency"]
+    assert ipc_objects(key) == []  # no SysV object or mqueue left where the caller is
+    report = attacks[list(ATTACKS).index("privileges")]["stdout"]
+    assert report.startswith("PRIVILEGES ("), report
+    uids, gids, groups, cap, worked = ast.literal_eval(report.split(None, 1)[1])
+    assert worked == [], report  # no privilege worked
+    if os.geteuid() == 0 and mode in ("as-is", "no-namespaces", "no-namespaces-no-landlock"):
+        # real root, namespaces or not: the run's own uid and gid, no group, no capability
+        assert 0 not in uids + gids and groups == [] and cap in ("unreadable", "0000000000000000"), report
+    with open(os.path.join(top, "root-owned")) as handle:
+        assert handle.read() == "untouched"
     assert got["signals"] == []  # the caller never received a signal
     assert os.listdir(out) == []  # nothing written outside

@@ -38,13 +38,14 @@ creation, signals, sockets, tracing, gc walking, rlimit changes, writes outside 
 directory), and before any untrusted code runs the strongest kernel layers the system allows
 (``child/confine.py``), reported per result in ``Result.isolation`` and logged once:
 
-* root: network and mount namespaces, a private root (standard library read-only, three
-  devices, the working directory) entered with ``chroot``, a fresh per-run uid;
+* root: network, mount and IPC namespaces, a private root (standard library read-only, three
+  devices, the working directory) entered with ``chroot``, a fresh per-run uid without
+  capabilities (also where namespaces are refused);
 * not root, or uid 0 of a user namespace (rootless containers): the same in a user namespace
   of its own, plus a PID namespace, every capability dropped;
 * everywhere: Landlock (where the kernel has it) and a seccomp filter (no signals, ``pidfd``,
   ``ptrace`` or ``process_vm`` calls towards other processes, no sockets but ``AF_UNIX`` pairs,
-  no namespaces, mounts, processes, threads or ``execve``);
+  no namespaces, mounts, processes, threads, ``execve``, SysV IPC or POSIX mqueues);
 * with no kernel layer at all (no namespaces, Landlock or seccomp) the program does not run:
   :class:`IsolationError`, unless ``allow_unisolated`` or ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``
   accepts the Python-level guards alone. :func:`probe` checks this once, before training.

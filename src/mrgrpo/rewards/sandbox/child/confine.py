@@ -7,7 +7,8 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``userns`` (not real root): a new user namespace mapping the caller's uid and gid to
   themselves, so the namespaces below need no privilege; every capability is dropped once
   the private root is built.
-* ``netns``, ``mountns``: no network, a private mount table; ``pidns`` (not real root: the
+* ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, SysV IPC objects and
+  POSIX message queues of its own; ``pidns`` (not real root: the
   program shares the caller's uid): a private process tree (the program is process 1 of it:
   no other process can be named, so none can be signalled or traced). Started by the
   launcher's user-namespace launcher (:func:`~.boot._userns_launcher`), the candidate is
@@ -18,27 +19,30 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
   working directory: only the standard library (read-only bind, ``site-packages`` hidden),
   ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
-* ``uid`` (real root only): a drop to a fresh per-run uid.
+* ``uid`` (real root only, with or without the namespaces): a drop to a fresh per-run uid and
+  gid, no groups, no capability in any set (:func:`_drop_root`).
 * ``landlock`` (where the kernel has it): reading only the standard library and the devices,
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
   other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
   ``AF_UNIX`` only), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
-  ``bpf``, and calls that reach other processes' scheduling, limits or memory.
+  ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory.
 
 Each layer is tried independently: a system that refuses namespaces (Docker's default seccomp
 profile) still gets Landlock and seccomp. ``job["refuse"]`` names layers not to try (tests
 simulate restricted systems with it).
 """
 
-_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = (
+    0x00020000, 0x08000000, 0x10000000, 0x20000000, 0x40000000,
+)
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18,
 )
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _PRIVATE_WORKDIR = "/tmp/work"
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP = 1, 4, 38, 22
-_PR_SET_SECUREBITS = 28
+_PR_SET_SECUREBITS, _PR_CAPBSET_DROP = 28, 24
 # SECBIT_NOROOT (+ locked), SECBIT_KEEP_CAPS_LOCKED, SECBIT_NO_CAP_AMBIENT_RAISE (+ locked): uid 0
 # of a user namespace regains no capability by execve, keeps none across setuid, raises no ambient ones
 _SECUREBITS = 0x01 | 0x02 | 0x20 | 0x40 | 0x80
@@ -94,7 +98,7 @@ def _namespaces(job, layers):
     # As real root the program gets a fresh uid of its own (no process of it to signal or trace),
     # so a PID namespace would add a fork per run for nothing; without root it shares the
     # caller's uid, and its own process tree is what keeps the caller out of its reach.
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | (0 if real_root else _CLONE_NEWUSER | _CLONE_NEWPID)
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | (0 if real_root else _CLONE_NEWUSER | _CLONE_NEWPID)
     if libc.unshare(flags) != 0:
         raise OSError("unshare refused")
     if not real_root:
@@ -107,7 +111,7 @@ def _namespaces(job, layers):
         finally:
             libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         layers.append("userns")
-    layers += ["netns", "mountns"]
+    layers += ["netns", "mountns", "ipcns"]
     if not real_root:
         child = posix.fork()
         if child:
@@ -127,10 +131,10 @@ def _launcher_namespaces(layers):
         posix._exit(71)
     _, libc, _ = _c()
     layers.append("userns")
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) != 0:
+    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC) != 0:
         layers.append("pidns")
         raise OSError("unshare refused")
-    layers += ["netns", "mountns", "pidns"]
+    layers += ["netns", "mountns", "ipcns", "pidns"]
 
 
 def _relay(child):
@@ -237,6 +241,73 @@ def _populate(job, libc, root, real_root):
     return _PRIVATE_WORKDIR
 
 
+def _drop_root(uid, workdir, stdlib, private):
+    """Real root (with or without namespaces): a fresh uid and gid of the run's own, no
+    supplementary group, no capability: the bounding set emptied and securebits locked (as root,
+    before the uid changes), so neither execve nor setuid can give any back. Without a private
+    root the run's directory is made the uid's, and the standard library is reached through an
+    fd where the uid could not reach its path (:func:`_reach_stdlib`). False (uid 0 kept, every
+    capability dropped) where the system refuses the uid change."""
+    import posix
+
+    _, libc, _ = _c()
+    if not private:
+        posix.chown(workdir, uid, uid)
+        _reach_stdlib(stdlib)
+    cap = 0
+    while cap < 64 and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+        cap += 1  # until EINVAL past the last capability (EPERM without CAP_SETPCAP: setuid clears them)
+    libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0)
+    try:
+        posix.setgroups([])
+        posix.setgid(uid)
+        posix.setuid(uid)
+    except OSError:
+        _drop_capabilities(user_namespace=False)
+        return False
+    if posix.getresuid() != (uid, uid, uid) or posix.getresgid() != (uid, uid, uid):
+        posix._exit(71)
+    _drop_capabilities(user_namespace=False)  # already none: setuid cleared them
+    return True
+
+
+def _reach_stdlib(stdlib):
+    """Where a fresh uid could not walk to the standard library (an interpreter under a 0700 home,
+    as pyenv's under ``/root``), point the import paths at ``/proc/self/fd/<n>`` of an ``O_PATH``
+    fd of it opened now (a process always reaches its own fds; the library's own permissions
+    still apply). Landlock's rule, made from the real path, covers both."""
+    import posix
+    import sys
+
+    path, parts = "", stdlib.strip("/").split("/")
+    for i, part in enumerate(parts):
+        path += "/" + part
+        need = 0o001 | (0o004 if i == len(parts) - 1 else 0)  # others: search (and read the library)
+        try:
+            if posix.stat(path).st_mode & need != need:
+                break
+        except OSError:
+            return  # no such library: nothing to point at
+    else:
+        return
+    try:
+        via = "/proc/self/fd/%d" % posix.open(stdlib, posix.O_PATH | posix.O_DIRECTORY)
+    except OSError:
+        return
+
+    def moved(entry):
+        if type(entry) is str and (entry == stdlib or entry.startswith(stdlib + "/")):
+            return via + entry[len(stdlib):]
+        return entry
+
+    sys.path[:] = [moved(p) for p in sys.path]
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if type(search) is list:
+            search[:] = [moved(p) for p in search]
+    sys.path_importer_cache.clear()
+
+
 def _drop_capabilities(user_namespace):
     """Every capability gone (in the user namespace; a process without them cannot regain them:
     in a user namespace, where the program may be its uid 0, the securebits also keep execve and
@@ -313,6 +384,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         deny=(101, 310, 311, 424, 434, 438, 272, 308, 165, 166, 155, 161, 321, 298, 323, 250, 248, 249, 304, 303,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 246, 320, 175, 313, 176, 169, 163, 141, 203, 144,
               142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168),
+        ipc=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245),
     )),
     "aarch64": (0xC00000B7, dict(
         kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, prlimit64=261,
@@ -321,6 +393,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         deny=(117, 270, 271, 424, 434, 438, 97, 268, 40, 39, 41, 51, 280, 241, 282, 219, 217, 218, 265, 264,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 104, 294, 105, 273, 106, 142, 89, 140, 122, 119,
               118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225),
+        ipc=(194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187, 180, 181, 182, 183, 184, 185),
     )),
 }
 # deny (x86_64 names): ptrace, process_vm_readv/writev, pidfd_send_signal/open/getfd, unshare, setns,
@@ -329,6 +402,10 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # fspick, mount_setattr, kexec_*, init/finit/delete_module, reboot, acct, setpriority,
 # sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr, ioprio_set, migrate_pages,
 # move_pages, get_robust_list, process_mrelease, process_madvise, kcmp, quotactl, swapon, swapoff.
+# ipc: SysV shared memory (shmget, shmat, shmctl, shmdt), semaphores (semget, semop, semctl,
+# semtimedop), message queues (msgget, msgsnd, msgrcv, msgctl) and POSIX message queues (mq_open,
+# mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr): state that would outlive a
+# candidate and be seen by the next one where there is no IPC namespace of its own.
 _RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
@@ -364,7 +441,7 @@ def seccomp_program(machine, me):
     code.append((0x35, "eperm", 0, 0x40000000))  # JGE: x32 and other ABIs
     for number in nr["hot"]:  # the most frequent calls, none of them refused: decided first
         jeq(number, "allow")
-    for number in nr["deny"]:
+    for number in nr["deny"] + nr["ipc"]:
         jeq(number, "eperm")
     for name in ("clone", "fork", "vfork", "execve", "execveat", "socket"):
         if nr[name] is not None:
@@ -439,7 +516,7 @@ def _seccomp():
 
 # --- rlimits -------------------------------------------------------------------------------
 
-def limit(job, drop_uid, init=False):
+def limit(job, init=False):
     """rlimits; ``init``: this process is process 1 of its PID namespace, which ignores SIGXCPU,
     so the CPU limit's soft and hard values are one (SIGKILL when it is reached)."""
     import resource
@@ -459,12 +536,6 @@ def limit(job, drop_uid, init=False):
     cap(resource.RLIMIT_NOFILE, job["nofile"])
     cap(resource.RLIMIT_CORE, 0)
     cap(resource.RLIMIT_NPROC, 1)
-    if drop_uid is not None:
-        import posix
-
-        posix.setgroups([])
-        posix.setgid(drop_uid)
-        posix.setuid(drop_uid)
     cap(resource.RLIMIT_AS, job["address_space"])
 
 
@@ -497,11 +568,12 @@ def confine(job):
         except OSError:
             pass
     posix.chdir(workdir)
-    drop = job["uid"] if real_root and "chroot" in layers else None
-    limit(job, drop, init="pidns" in layers)
-    if drop is not None:
-        layers.append("uid")
-    elif namespaced or IN_LAUNCHER_USERNS:
+    # Real root whether or not the namespaces were made (a container's root that may not make
+    # them keeps uid 0 and its capabilities otherwise): dropped below, after Landlock's rules are
+    # made from paths only root may walk.
+    root = real_root or (not namespaced and not IN_LAUNCHER_USERNS and _real_root())
+    limit(job, init="pidns" in layers)
+    if not root and (namespaced or IN_LAUNCHER_USERNS):
         _drop_capabilities(user_namespace="userns" in layers)
     if "landlock" not in refuse:
         try:
@@ -509,6 +581,8 @@ def confine(job):
                 layers.append("landlock")
         except OSError:
             pass
+    if root and _drop_root(job["uid"], workdir, job["stdlib"], "chroot" in layers):
+        layers.insert(layers.index("landlock") if "landlock" in layers else len(layers), "uid")
     if "seccomp" not in refuse and _seccomp():
         layers.append("seccomp")
     elif IN_LAUNCHER_USERNS:
