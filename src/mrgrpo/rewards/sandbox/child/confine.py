@@ -318,7 +318,7 @@ def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
         cap += 1  # until EINVAL past the last capability (EPERM without CAP_SETPCAP: setuid clears them)
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0)  # checked with the rest (_capabilities_gone)
-    changed = False
+    changed, own_gid = False, posix.getgid()
     if ids is not None:
         uid, gid = ids
         try:
@@ -331,7 +331,7 @@ def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
             if posix.getuid() != 0 or posix.geteuid() != 0:
                 posix._exit(71)  # half-changed: never reached (the uid change is one call)
             try:  # uid 0 kept: the directory and gid back as they were, while CAP_CHOWN/SETGID last
-                posix.setgid(owner[1] if owner else posix.getgid())
+                posix.setgid(own_gid)
                 if owner:
                     posix.chown(workdir, owner[0], owner[1])
             except OSError:
