@@ -6,7 +6,11 @@ or sit in a user namespace or under a seccomp filter, without touching the test 
     python sandbox_modes_script.py MODE JOBS.json SRC_DIR
 
 MODE: ``as-is`` (the caller's own privileges), ``userns-root`` (first unshare a user namespace
-mapping this user to uid 0, as ``unshare -U -r`` and rootless containers do), ``no-namespaces``
+mapping this user to uid 0, as ``unshare -U -r`` and rootless containers do),
+``userns-root-no-namespaces`` (that user namespace, then namespaces refused as below: a
+rootless container whose seccomp profile refuses them), ``userns-wide-no-namespaces`` (the
+same in a user namespace mapping 0 to this user and 1-65536 to others, as rootless podman does;
+needs root), ``no-namespaces``
 (first install a seccomp filter refusing namespaces, as Docker's default profile does),
 ``no-namespaces-no-landlock`` (the same, and Landlock not tried). The uid drop of the
 ``nobody`` mode is done by the test when it starts this script.
@@ -44,6 +48,37 @@ def enter_user_namespace_as_root() -> None:
     for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"0 {uid} 1"), ("/proc/self/gid_map", f"0 {gid} 1")):
         with open(path, "w") as handle:
             handle.write(text)
+
+
+def enter_wide_user_namespace() -> None:
+    """A rootless podman's map: uid and gid 0 to this user, 1-65536 to 200000-265535. A map of
+    more than one's own id needs CAP_SETUID over the parent namespace, so a helper forked before
+    the unshare (real root here, as ``newuidmap`` is setuid root) writes it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.geteuid(), os.getegid()
+    ready_r, ready_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        os.close(ready_w)
+        code = 1
+        try:
+            if os.read(ready_r, 1) == b"u":
+                target = os.getppid()
+                for name, own in (("uid_map", uid), ("gid_map", gid)):
+                    with open(f"/proc/{target}/{name}", "w") as handle:
+                        handle.write(f"0 {own} 1\n1 200000 65536\n")
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_r)
+    failed = libc.unshare(0x10000000) != 0  # CLONE_NEWUSER
+    os.write(ready_w, b"x" if failed else b"u")
+    os.close(ready_w)
+    _, status = os.waitpid(helper, 0)
+    if failed:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    if status != 0:
+        raise OSError("writing the user namespace's map failed")
 
 
 def refuse_namespaces() -> None:
@@ -90,9 +125,11 @@ def main() -> None:
                 signal.signal(sig, lambda number, frame: received.append(number))
             except (OSError, ValueError):
                 pass
-    if mode == "userns-root":
+    if mode.startswith("userns-root"):
         enter_user_namespace_as_root()
-    elif mode.startswith("no-namespaces"):
+    elif mode == "userns-wide-no-namespaces":
+        enter_wide_user_namespace()
+    if "no-namespaces" in mode:
         refuse_namespaces()
     stub_packages(src)
     from mrgrpo.rewards import sandbox

@@ -4,7 +4,9 @@ nothing, nothing is written outside, the caller is never signalled.
 Modes (each a separate process running ``sandbox_modes_script.py``): the caller as it is (root
 here), uid 0 of an unprivileged user namespace (``unshare -U -r``: rootless containers), an
 unprivileged user (uid 65534, when this process is root; else this user), namespaces refused
-by a seccomp filter (Docker's default profile), and the same without Landlock. The batch of
+by a seccomp filter (Docker's default profile), the same without Landlock, and uid 0 of a user
+namespace with namespaces refused (a rootless container under a seccomp profile refusing them):
+mapping only uid 0 (``unshare -U -r``), and mapping 0 and 1-65536 as rootless podman does. The batch of
 each mode: every canonical HumanEval solution (controls) and the attacks below (wrong answers
 that try to be judged right, to reach the caller, or to write outside).
 """
@@ -241,8 +243,9 @@ def f(x):
     return 41 + x if FOUND or seen() else -1
 """
 # What the candidate's privileges are, printed (uid, gid, groups, CapEff where /proc is readable)
-# and tried: changing a file's owner, its uid or gid to another id, writing a root-owned file
-# outside. Each of those needs a privilege; it answers right if any works.
+# and tried: changing a file's owner, its uid or gid to another id, reading its own file of mode
+# 000, writing a root-owned file outside. Each of those needs a privilege (or a capability); it
+# answers right if any works.
 PRIVILEGES = """
 import os
 def attack():
@@ -259,6 +262,15 @@ def attack():
         open("mine", "w").close()
         os.chown("mine", other, other)
         worked.append("chown")
+    except Exception:
+        pass
+    try:  # reading a file of mode 000, even its own, needs CAP_DAC_OVERRIDE
+        with open("locked", "w") as handle:
+            handle.write("secret")
+        os.chmod("locked", 0)
+        with open("locked") as handle:
+            handle.read()
+        worked.append("dac-override")
     except Exception:
         pass
     try:
@@ -360,7 +372,8 @@ def interpreter_for(uid: int) -> str | None:
     return None
 
 
-MODES = ["as-is", "userns-root", "nobody", "no-namespaces", "no-namespaces-no-landlock"]
+MODES = ["as-is", "userns-root", "nobody", "no-namespaces", "no-namespaces-no-landlock", "userns-root-no-namespaces",
+         "userns-wide-no-namespaces"]
 
 
 @pytest.fixture(scope="module")
@@ -411,7 +424,9 @@ def run_mode(mode: str, jobs: str) -> dict:
         kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
     proc = subprocess.run([exe, script, mode if mode != "nobody" else "as-is", jobs, str(SRC)], capture_output=True,
                           text=True, timeout=300, env=env, cwd="/", **kwargs)
-    if mode == "userns-root" and "unshare(CLONE_NEWUSER)" in proc.stderr:
+    if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:
+        pytest.skip("a user namespace mapping more than one uid needs a root parent to write its map")
+    if mode.startswith("userns") and "unshare(CLONE_NEWUSER)" in proc.stderr:
         pytest.skip("this system refuses unprivileged user namespaces")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -423,6 +438,10 @@ EXPECTED_LAYERS = {
     "nobody": {"userns", "netns", "mountns", "ipcns", "pidns", "chroot", "seccomp"},
     "no-namespaces": {"landlock", "seccomp"},
     "no-namespaces-no-landlock": {"seccomp"},
+    # uid 0 of a user namespace (not the sandbox's) that may make none: only 0 mapped (unshare -U -r),
+    # so uid 0 stays, without any capability; uid 0 and 1-65536 mapped (rootless podman): another uid
+    "userns-root-no-namespaces": {"nocaps", "seccomp"},
+    "userns-wide-no-namespaces": {"uid", "seccomp"},
 }
 
 
@@ -441,10 +460,13 @@ def test_every_privilege_mode(mode, workspace):
     if "landlock" in layers or mode == "no-namespaces":
         assert "landlock" in layers or "landlock" not in wanted
     assert wanted - {"landlock"} <= layers, (mode, layers)
-    if mode.startswith("no-namespaces"):
+    if "no-namespaces" in mode:
         assert not layers & {"userns", "netns", "mountns", "ipcns", "pidns", "chroot"}
+    if mode.startswith("no-namespaces"):
         # real root that may not make namespaces (a container's): the run's own uid all the same
-        assert ("uid" in layers) == (os.geteuid() == 0), layers
+        assert ("uid" in layers) == (os.geteuid() == 0) and "nocaps" not in layers, layers
+    if mode == "userns-root-no-namespaces":
+        assert "uid" not in layers, layers
     if mode == "no-namespaces-no-landlock":
         assert "landlock" not in layers
     failing = [(i, r) for i, r in enumerate(controls) if r["verdict"] != "passed"]
@@ -469,6 +491,10 @@ def test_every_privilege_mode(mode, workspace):
     if os.geteuid() == 0 and mode in ("as-is", "no-namespaces", "no-namespaces-no-landlock"):
         # real root, namespaces or not: the run's own uid and gid, no group, no capability
         assert 0 not in uids + gids and groups == [] and cap in ("unreadable", "0000000000000000"), report
+    if mode == "userns-wide-no-namespaces":  # another uid mapped there: the candidate's, no group
+        assert 0 not in uids + gids and groups == [], report
+    if mode == "userns-root-no-namespaces":  # only uid 0 mapped: kept, with no capability (above)
+        assert uids == (0, 0, 0), report
     with open(os.path.join(top, "root-owned")) as handle:
         assert handle.read() == "untouched"
     assert got["signals"] == []  # the caller never received a signal

@@ -42,7 +42,9 @@ directory), and before any untrusted code runs the strongest kernel layers the s
   devices, the working directory) entered with ``chroot``, a fresh per-run uid without
   capabilities (also where namespaces are refused);
 * not root, or uid 0 of a user namespace (rootless containers): the same in a user namespace
-  of its own, plus a PID namespace, every capability dropped;
+  of its own, plus a PID namespace, every capability dropped; where namespaces are refused
+  there, another uid mapped in it, else uid 0 without any capability (``nocaps``); a
+  candidate that still holds a capability exits instead of running;
 * everywhere: Landlock (where the kernel has it) and a seccomp filter (no signals, ``pidfd``,
   ``ptrace`` or ``process_vm`` calls towards other processes, no sockets but ``AF_UNIX`` pairs,
   no namespaces, mounts, processes, threads, ``execve``, SysV IPC or POSIX mqueues);

@@ -110,7 +110,8 @@ class Result:
             ``netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards`` (root),
             ``userns,netns,mountns,ipcns,pidns,chroot,landlock,seccomp,guards`` (no root),
             ``uid,landlock,seccomp,guards`` (root, namespaces refused), ``landlock,seccomp,guards``
-            (namespaces refused); see docs/sandbox.md.
+            (namespaces refused), ``nocaps,landlock,seccomp,guards`` (uid 0 of a user namespace
+            mapping only 0, namespaces refused: uid 0 kept, no capability); see docs/sandbox.md.
     """
 
     verdict: Verdict

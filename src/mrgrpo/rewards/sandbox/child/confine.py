@@ -19,8 +19,15 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
   working directory: only the standard library (read-only bind, ``site-packages`` hidden),
   ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
-* ``uid`` (real root only, with or without the namespaces): a drop to a fresh per-run uid and
-  gid, no groups, no capability in any set (:func:`_drop_root`).
+* ``uid`` (real root, with or without the namespaces; uid 0 of a user namespace that may make
+  none, where another uid is mapped in it): a drop to a fresh per-run uid and gid (or a mapped
+  one), no groups, no capability in any set (:func:`_drop_root`).
+* ``nocaps`` (uid 0 kept: a user namespace mapping only uid 0 that may make no namespaces of
+  its own, as a rootless container under a seccomp profile refusing them; or a system refusing
+  the uid change): no capability in any set, bounding set emptied, securebits locked.
+
+Every candidate is checked before it runs (:func:`_capabilities_gone`): one that still holds a
+capability, or is uid 0 where execve could give some back, exits (status 71) instead.
 * ``landlock`` (where the kernel has it): reading only the standard library and the devices,
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
@@ -42,10 +49,13 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _PRIVATE_WORKDIR = "/tmp/work"
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP = 1, 4, 38, 22
-_PR_SET_SECUREBITS, _PR_CAPBSET_DROP = 28, 24
-# SECBIT_NOROOT (+ locked), SECBIT_KEEP_CAPS_LOCKED, SECBIT_NO_CAP_AMBIENT_RAISE (+ locked): uid 0
-# of a user namespace regains no capability by execve, keeps none across setuid, raises no ambient ones
-_SECUREBITS = 0x01 | 0x02 | 0x20 | 0x40 | 0x80
+_PR_SET_SECUREBITS, _PR_GET_SECUREBITS, _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 28, 27, 23, 24
+_PR_GET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 39, 47, 4
+# SECBIT_NOROOT (+ locked), SECBIT_NO_SETUID_FIXUP_LOCKED (the fixup stays on: leaving uid 0
+# clears every capability), SECBIT_KEEP_CAPS_LOCKED, SECBIT_NO_CAP_AMBIENT_RAISE (+ locked): uid 0
+# (of a user namespace or not) regains no capability by execve, keeps none across setuid, raises
+# no ambient ones
+_SECUREBITS = 0x01 | 0x02 | 0x08 | 0x20 | 0x40 | 0x80
 
 #: True in the processes of the launcher's user namespace (:func:`~.boot._userns_launcher` sets
 #: it): a candidate forked there is already in that user namespace, with its capabilities, and is
@@ -241,34 +251,114 @@ def _populate(job, libc, root, real_root):
     return _PRIVATE_WORKDIR
 
 
-def _drop_root(uid, workdir, stdlib, private):
-    """Real root (with or without namespaces): a fresh uid and gid of the run's own, no
-    supplementary group, no capability: the bounding set emptied and securebits locked (as root,
-    before the uid changes), so neither execve nor setuid can give any back. Without a private
-    root the run's directory is made the uid's, and the standard library is reached through an
-    fd where the uid could not reach its path (:func:`_reach_stdlib`). False (uid 0 kept, every
-    capability dropped) where the system refuses the uid change."""
+def _mapped_ids(preferred):
+    """uid 0 of a user namespace that is not the sandbox's own: ``(uid, gid)`` of another id
+    mapped in it (``preferred``, the run's fresh uid, where mapped, else one picked from it in
+    the largest range that does not hold 0), or None where only 0 is mapped (``unshare -U -r``).
+    Read before Landlock (which would refuse ``/proc``)."""
+
+    def pick(path):
+        try:
+            with open(path) as handle:
+                ranges = [tuple(int(w) for w in line.split()) for line in handle if line.strip()]
+        except (OSError, ValueError):
+            return None
+        spans = []
+        for inside, _, count in ranges:
+            low = max(inside, 1)  # never 0
+            if inside + count > low:
+                spans.append((low, inside + count))
+        for low, high in spans:
+            if low <= preferred < high:
+                return preferred
+        if not spans:
+            return None
+        low, high = max(spans, key=lambda span: span[1] - span[0])
+        return low + preferred % (high - low)
+
+    uid, gid = pick("/proc/self/uid_map"), pick("/proc/self/gid_map")
+    return None if uid is None or gid is None else (uid, gid)
+
+
+def _setgroups_denied():
+    """True where this user namespace forbids ``setgroups`` (its groups are then fixed for all)."""
+    try:
+        with open("/proc/self/setgroups") as handle:
+            return handle.read().strip() == "deny"
+    except OSError:
+        return False
+
+
+def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
+    """uid 0 (real root with or without namespaces, or uid 0 of a user namespace that may make
+    none): every capability gone, the bounding set emptied and securebits locked first (as uid
+    0, with its capabilities), so neither execve nor setuid can give any back; then, where
+    ``ids`` names a ``(uid, gid)``, a drop to them with no supplementary group. Without a
+    private root the run's directory is made that uid's, and the standard library is reached
+    through an fd where the uid could not reach its path (:func:`_reach_stdlib`).
+    ``groups_fixed``: ``setgroups`` is refused to everyone here (a user namespace whose
+    ``setgroups`` is ``deny``), so the groups stay as they are.
+
+    Returns the layer: ``uid`` (the uid changed) or ``nocaps`` (uid 0 kept: no other uid is
+    mapped, or the system refused the change); the caller checks that no capability remains."""
     import posix
 
     _, libc, _ = _c()
-    if not private:
-        posix.chown(workdir, uid, uid)
-        _reach_stdlib(stdlib)
+    owner = None
+    if ids is not None and not private:
+        try:
+            st = posix.stat(workdir)
+            owner = (st.st_uid, st.st_gid)
+            posix.chown(workdir, ids[0], ids[1])
+            _reach_stdlib(stdlib)
+        except OSError:
+            ids = None
     cap = 0
     while cap < 64 and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
         cap += 1  # until EINVAL past the last capability (EPERM without CAP_SETPCAP: setuid clears them)
-    libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0)
-    try:
-        posix.setgroups([])
-        posix.setgid(uid)
-        posix.setuid(uid)
-    except OSError:
-        _drop_capabilities(user_namespace=False)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0)  # checked with the rest (_capabilities_gone)
+    changed, own_gid = False, posix.getgid()
+    if ids is not None:
+        uid, gid = ids
+        try:
+            if not groups_fixed:
+                posix.setgroups([])
+            posix.setgid(gid)
+            posix.setuid(uid)
+            changed = True
+        except OSError:
+            if posix.getuid() != 0 or posix.geteuid() != 0:
+                posix._exit(71)  # half-changed: never reached (the uid change is one call)
+            try:  # uid 0 kept: the directory and gid back as they were, while CAP_CHOWN/SETGID last
+                posix.setgid(own_gid)
+                if owner:
+                    posix.chown(workdir, owner[0], owner[1])
+            except OSError:
+                pass
+        if changed and (posix.getresuid() != (uid, uid, uid) or posix.getresgid() != (gid, gid, gid)):
+            posix._exit(71)
+    _drop_capabilities(user_namespace=False)  # where the uid changed: already none, setuid cleared them
+    return "uid" if changed else "nocaps"
+
+
+def _capabilities_gone():
+    """No capability in the effective, permitted or inheritable set (the ambient set is a subset
+    of the permitted one) by ``capget``, which needs no ``/proc``; and where the process is uid 0,
+    none that execve could give back: securebits ``NOROOT`` locked, the bounding set empty, or
+    ``no_new_privs`` (then execve grants nothing)."""
+    import posix
+
+    ctypes, libc, _ = _c()
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)(*([0xFFFFFFFF] * 6))
+    if libc.capget(header, data) != 0 or any(data):
         return False
-    if posix.getresuid() != (uid, uid, uid) or posix.getresgid() != (uid, uid, uid):
-        posix._exit(71)
-    _drop_capabilities(user_namespace=False)  # already none: setuid cleared them
-    return True
+    if 0 not in posix.getresuid():
+        return True
+    if libc.prctl(_PR_GET_SECUREBITS, 0, 0, 0, 0) & 0x03 == 0x03 or libc.prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1:
+        return True
+    return all(libc.prctl(_PR_CAPBSET_READ, cap, 0, 0, 0) != 1 for cap in range(64))
 
 
 def _reach_stdlib(stdlib):
@@ -568,10 +658,17 @@ def confine(job):
         except OSError:
             pass
     posix.chdir(workdir)
-    # Real root whether or not the namespaces were made (a container's root that may not make
-    # them keeps uid 0 and its capabilities otherwise): dropped below, after Landlock's rules are
-    # made from paths only root may walk.
-    root = real_root or (not namespaced and not IN_LAUNCHER_USERNS and _real_root())
+    # uid 0 whether or not the namespaces were made (a container's root that may not make them,
+    # or uid 0 of a rootless container's user namespace, keeps uid 0 and its capabilities
+    # otherwise): dropped below, after Landlock's rules are made from paths only root may walk.
+    # Real root gets the run's fresh uid; uid 0 of a user namespace another uid mapped there.
+    root = real_root or (not namespaced and not IN_LAUNCHER_USERNS and posix.geteuid() == 0)
+    ids, groups_fixed = None, False
+    if root:
+        if real_root or _real_root():
+            ids = (job["uid"], job["uid"])
+        else:
+            ids, groups_fixed = _mapped_ids(job["uid"]), _setgroups_denied()
     limit(job, init="pidns" in layers)
     if not root and (namespaced or IN_LAUNCHER_USERNS):
         _drop_capabilities(user_namespace="userns" in layers)
@@ -581,8 +678,9 @@ def confine(job):
                 layers.append("landlock")
         except OSError:
             pass
-    if root and _drop_root(job["uid"], workdir, job["stdlib"], "chroot" in layers):
-        layers.insert(layers.index("landlock") if "landlock" in layers else len(layers), "uid")
+    if root:
+        drop = _drop_root(ids, workdir, job["stdlib"], "chroot" in layers, groups_fixed)
+        layers.insert(layers.index("landlock") if "landlock" in layers else len(layers), drop)
     if "seccomp" not in refuse and _seccomp():
         layers.append("seccomp")
     elif IN_LAUNCHER_USERNS:
@@ -591,4 +689,13 @@ def confine(job):
         # practice: that launcher starts only where its probe installed the filter, and the
         # caller sends it no job that refuses seccomp.
         posix._exit(71)
+    if not _capabilities_gone():
+        # Not uid 0 and not namespaced, yet holding capabilities (ambient or file ones given to
+        # the user): dropped; then every mode is checked alike, and none runs with any left.
+        try:
+            _drop_capabilities(user_namespace=False)
+        except OSError:
+            pass
+        if not _capabilities_gone():
+            posix._exit(71)
     return workdir, layers
