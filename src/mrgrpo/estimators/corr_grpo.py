@@ -139,7 +139,8 @@ def robust_corr_advantages(
     w = coefficients.to(dtype)
     norm = moments.sum_sq.sqrt()
     active_l = norm > 0  # per-group layout
-    inverse_norm = torch.where(active_l, 1.0 / torch.where(active_l, norm, torch.ones_like(norm)), torch.zeros_like(norm))
+    # (1/0 = inf where a column is constant, never selected: one op fewer than a safe divisor)
+    inverse_norm = torch.where(active_l, 1.0 / norm, 0.0)
     active = groups.flat_groups(active_l)  # [ng, K]
     # z (unit-norm centered columns) is only materialized where an option needs it
     needs_z = numerator == "standardized" or (shrinkage == "auto" and pooling == "group")
@@ -176,7 +177,7 @@ def robust_corr_advantages(
             pooled_norm = (pooled * pooled).sum(dim=0).sqrt()
             pooled_z = pooled / torch.where(pooled_norm > 0, pooled_norm, torch.ones_like(pooled_norm))
             lam = shrinkage_intensity(pooled_z, pooled_norm > 0, dof, None).expand(groups.num_groups)
-    else:
+    elif not (pooling == "group" and shrinkage == 0):  # (unused there)
         lam = torch.full((groups.num_groups,), float(shrinkage), dtype=dtype, device=rewards.device)
     if pooling == "group" and shrinkage == 0:
         denominator_sq = quadratic  # exactly the paper's sum, no extra rounding
@@ -186,13 +187,13 @@ def robust_corr_advantages(
     if min_corr_sum is not None:
         denominator_sq = denominator_sq.clamp(min=float(min_corr_sum))
     denominator = (denominator_sq + eps).sqrt()
-    safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+    safe = torch.where(denominator > 0, denominator, 1.0)
     if groups.block_size is not None:
         advantages = (top.view(groups.num_groups, -1) / safe.unsqueeze(1)).reshape(-1)
     else:
         advantages = top / safe.index_select(0, groups.index)
     # top is exactly 0 where every component is constant in the group (also for size-1 groups)
-    return torch.where(top != 0, advantages, torch.zeros_like(advantages)), denominator
+    return torch.where(top != 0, advantages, 0.0), denominator
 
 
 def batch_units(moments: GroupMoments) -> Tensor:

@@ -318,7 +318,7 @@ def check_reward_values(values: Tensor) -> bool:
     """Whether any reward is NaN (not scored); ±inf raises an :class:`InputError` naming the
     first one. One fused reduction decides "no NaN and no ±inf" in the common case."""
     # The sum is finite unless some entry is NaN or ±inf (or the sum overflows).
-    if not values.numel() or bool(torch.isfinite(values.sum())):
+    if not values.numel() or math.isfinite(values.sum().item()):
         return False
     infinite = torch.isinf(values)
     if bool(infinite.any()):
@@ -431,7 +431,30 @@ def _compute(
     has_nan = False if spec.screens_rewards else check_reward_values(values)
     groups = make_groups(group_ids, values.shape[0], device=values.device)
     w = as_weights(weights, values.shape[1], values.device)
-    if values.dtype == torch.float32 and not _fits_float32(w):
+    return compute_checked(spec, values, out_dtype, has_nan, groups, w, fits_float32(w), options, state)
+
+
+def compute_checked(
+    spec: Estimator,
+    values: Tensor,
+    out_dtype: torch.dtype,
+    has_nan: bool,
+    groups: Groups,
+    weights: Tensor,
+    weights_fit_float32: bool,
+    options: dict[str, Any],
+    state: dict[str, Any] | None,
+) -> tuple[Tensor, dict[str, Any] | None]:
+    """The part of :func:`compute_advantages_with_state` after its argument checks, for a
+    caller that made them once and keeps the results (the trainer: every step has the same
+    estimator, options and weights): ``values``/``out_dtype`` from :func:`reward_tensor`,
+    ``has_nan`` from :func:`check_reward_values` (``False`` for an estimator that
+    ``screens_rewards``), ``groups`` from :func:`make_groups`, ``weights`` from
+    :func:`as_weights` and ``weights_fit_float32`` = ``fits_float32(weights)``, ``options``
+    from :func:`validate_options` for ``values``' K. Same result as the checked call."""
+    estimator = spec.name
+    w = weights
+    if values.dtype == torch.float32 and not weights_fit_float32:
         values = values.to(torch.float64)
     if values.shape[0] == 0:
         return torch.zeros(0, dtype=out_dtype, device=values.device), state
@@ -580,7 +603,7 @@ def trl_default_estimator(aggregation: str) -> str:
     raise ConfigError(f"no registered estimator reproduces TRL's multi_objective_aggregation={aggregation!r}")
 
 
-def _fits_float32(weights: Tensor) -> bool:
+def fits_float32(weights: Tensor) -> bool:
     """Weights whose nonzero magnitudes keep float32 products exact enough: within 2^±60."""
     nonzero = [abs(v) for v in weights.tolist() if v != 0]
     return not nonzero or (max(nonzero) <= 2.0**60 and min(nonzero) >= 2.0**-60)

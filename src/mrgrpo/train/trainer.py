@@ -28,6 +28,7 @@ Logged every step (``mrgrpo/`` prefix, averaged over a logging interval like TRL
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 
 from mrgrpo.diagnostics import diagnose
-from mrgrpo.errors import ConfigError
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.estimators import (
     available_estimators,
     compute_advantages,
@@ -45,7 +46,15 @@ from mrgrpo.estimators import (
     validate_options,
 )
 from mrgrpo.estimators.groups import Groups, make_groups
-from mrgrpo.estimators.registry import COMBINES, trl_default_estimator
+from mrgrpo.estimators.registry import (
+    COMBINES,
+    as_weights,
+    check_reward_values,
+    compute_checked,
+    fits_float32,
+    reward_tensor,
+    trl_default_estimator,
+)
 from mrgrpo.rewards.base import RewardSuite
 from mrgrpo.train import trl_compat
 
@@ -63,6 +72,51 @@ def flatten_scalars(data: Any, prefix: str) -> dict[str, float]:
     elif isinstance(data, (int, float)):
         out[prefix] = float(data)
     return out
+
+
+def reward_means(values: np.ndarray, weights: np.ndarray) -> tuple[list[float], float]:
+    """Per-component means of ``values`` ``[N, K]`` (float64) over its scored entries (NaN =
+    unscored; NaN for a component with none) and the mean weighted total over the rollouts with
+    at least one scored component (NaN entries count 0; NaN when there is none).
+
+    A step's batch is tiny, so the cost is the number of numpy calls, not the arithmetic: a
+    batch without NaN (one column sum tells) takes three; the general path gives the same
+    numbers on it (the same reductions over the same arrays)."""
+    n = values.shape[0]
+    if n and values.flags.c_contiguous:
+        sums = values.sum(axis=0).tolist()
+        if not any(math.isnan(x) for x in sums):  # no NaN entry (a NaN propagates to its sum)
+            return [x / n for x in sums], float((values @ weights).sum()) / n
+    present = ~np.isnan(values)
+    filled = np.where(present, values, 0.0)
+    count = present.sum(axis=0)
+    scored = present.any(axis=1)
+    means = (filled.sum(axis=0) / np.maximum(count, 1)).tolist()
+    totals = filled[scored] @ weights
+    return (
+        [mean if c else float("nan") for c, mean in zip(count.tolist(), means)],
+        float(totals.mean()) if totals.size else float("nan"),
+    )
+
+
+def advantage_stats(advantages: np.ndarray, listed: list[float] | None = None) -> tuple[float, ...]:
+    """``(mean, std (ddof=1; 0 for one rollout), abs_mean, min, max, frac_zero (|a| < 1e-8))``
+    of a float64 ``[N]`` array (NaN for every entry when ``N = 0``); ``listed``: its
+    ``tolist()``, when the caller has it. The same numbers as numpy's ``mean``/``std``/...,
+    in fewer numpy calls (the reductions numpy's own run, each once)."""
+    a = advantages
+    n = a.size
+    if not n:
+        return (float("nan"),) * 6
+    listed = a.tolist() if listed is None else listed
+    mean = float(a.sum()) / n
+    if n > 1:
+        deviation = a - mean
+        std = math.sqrt(float((deviation * deviation).sum()) / (n - 1))
+    else:
+        std = 0.0
+    zero = sum(1 for x in listed if -1e-8 < x < 1e-8)
+    return mean, std, float(np.abs(a).sum()) / n, float(a.min()), float(a.max()), zero / n
 
 
 #: File in each checkpoint directory holding estimator state carried across steps:
@@ -282,10 +336,19 @@ class MultiRewardMixin:
         self.reward_ranges = ranges
         self.estimator = estimator
         self.estimator_options = options
+        # Resolved once: every step has the same estimator, options, weights and metric names,
+        # so a step runs only the checks that look at its data (compute_checked).
+        self._spec = spec
+        self._num_components = len(self.reward_names)
+        self._weights_cache: dict[torch.device, tuple[Any, torch.Tensor, torch.Tensor, bool, np.ndarray]] = {}
+        self._reward_metric_keys = [f"mrgrpo/rewards/{name}" for name in self.reward_names]
+        self._advantage_metric_keys = [
+            f"mrgrpo/advantages/{key}" for key in ("mean", "std", "abs_mean", "min", "max", "frac_zero")
+        ]
         self.run_diagnostics = diagnostics
         self.diagnostics_every = diagnostics_every
         self._diagnostics_batches = 0  # training batches seen, for diagnostics_every
-        self._groups_cache: dict[tuple[int, str, str], Groups] = {}
+        self._groups_cache: dict[tuple[int, str, torch.device], Groups] = {}
         self.mrgrpo_seconds = 0.0  # total time spent in mrgrpo's advantage + diagnostics code
         self.last_diagnostics: dict[str, Any] | None = None
         self.last_advantages: torch.Tensor | None = None  # gathered, as handed to the loss
@@ -325,7 +388,7 @@ class MultiRewardMixin:
     def groups_for(self, num_rollouts: int, mode: str, device: torch.device) -> Groups:
         """:meth:`group_ids` as :class:`~mrgrpo.estimators.groups.Groups`, built once per
         batch shape and device (every step has the same layout: no per-step detection)."""
-        key = (num_rollouts, mode, str(device))
+        key = (num_rollouts, mode, device)
         groups = self._groups_cache.get(key)
         if groups is None:
             groups = self._groups_cache[key] = make_groups(self.group_ids(num_rollouts, mode), num_rollouts, device)
@@ -334,16 +397,25 @@ class MultiRewardMixin:
     def advantages_for(self, rewards: torch.Tensor, mode: str = "train") -> torch.Tensor:
         """Advantages ``[B_global]`` of a gathered reward matrix ``[B_global, K]``; a training
         batch moves a stateful estimator's state, an evaluation batch only reads it."""
-        group_ids = self.groups_for(rewards.shape[0], mode, rewards.device)
-        weights = self._estimator_weights(rewards)
-        if get_estimator(self.estimator).stateful:
-            advantages, state = compute_advantages_with_state(
-                rewards, group_ids, self.estimator, weights, state=self.estimator_state, **self.estimator_options
+        # What compute_advantages_with_state does, with the checks of the estimator, its options
+        # and the weights made once (at construction, and per device in _weights_for); the
+        # reward values are checked every step (shape, dtype, ±inf, NaN), the output too.
+        spec = self._spec
+        values, out_dtype = reward_tensor(rewards)
+        if values.shape[1] != self._num_components:
+            raise InputError(
+                f"rewards have {values.shape[1]} components, the trainer's reward functions {self._num_components}"
             )
-            if mode == "train":
-                self.estimator_state = state
-            return advantages
-        return compute_advantages(rewards, group_ids, self.estimator, weights=weights, **self.estimator_options)
+        has_nan = False if spec.screens_rewards else check_reward_values(values)
+        groups = self.groups_for(values.shape[0], mode, values.device)
+        _, estimator_weights, fit, _ = self._weights_for(values.device)
+        state = self.estimator_state if spec.stateful else None
+        advantages, state = compute_checked(
+            spec, values, out_dtype, has_nan, groups, estimator_weights, fit, self.estimator_options, state
+        )
+        if spec.stateful and mode == "train":
+            self.estimator_state = state
+        return advantages
 
     @property
     def correlation_state(self) -> dict[str, Any] | None:
@@ -373,13 +445,22 @@ class MultiRewardMixin:
             # ("correlation_ema": the key of checkpoints written before the state protocol)
             self.estimator_state = record.get("state", record.get("correlation_ema"))
 
-    def _weights(self, rewards: torch.Tensor) -> torch.Tensor:
-        return self.reward_weights.to(device=rewards.device, dtype=torch.float64)
+    def _weights_for(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, bool, np.ndarray]:
+        """The components' weights on ``device``, checked (:func:`as_weights`) once per device
+        and per ``reward_weights`` tensor: ``(float64 weights, the estimator's weights (all ones
+        for an estimator registered with uses_weights=False), whether those fit float32, the
+        float64 weights on the CPU as numpy)``."""
+        source = self.reward_weights
+        cached = self._weights_cache.get(device)
+        if cached is None or cached[0] is not source:
+            weights = as_weights(source, self._num_components, device)
+            given = as_weights(weights if self._spec.uses_weights else None, self._num_components, device)
+            cached = (source, weights, given, fits_float32(given), weights.cpu().numpy())
+            self._weights_cache[device] = cached
+        return cached[1:]
 
-    def _estimator_weights(self, rewards: torch.Tensor) -> torch.Tensor | None:
-        """The weights the estimator gets: the components' (``None``, all ones, for an
-        estimator registered with ``uses_weights=False``)."""
-        return self._weights(rewards) if get_estimator(self.estimator).uses_weights else None
+    def _weights(self, rewards: torch.Tensor) -> torch.Tensor:
+        return self._weights_for(rewards.device)[0]
 
     def _log_mrgrpo(self, rewards: torch.Tensor, advantages: torch.Tensor, mode: str) -> None:
         metrics = self._metrics[mode]
@@ -388,24 +469,13 @@ class MultiRewardMixin:
         values = rewards.detach().to(device="cpu", dtype=torch.float64)
         adv = advantages.detach().to(device="cpu", dtype=torch.float64)
         v, a = values.numpy(), adv.numpy()
-        present = ~np.isnan(v)
-        filled = np.where(present, v, 0.0)
-        count = present.sum(axis=0)
-        counts = count.tolist()
-        scored = present.any(axis=1)
-        means = (filled.sum(axis=0) / np.maximum(count, 1)).tolist()  # NaN ignored
-        for name, count, mean in zip(self.reward_names, counts, means):
-            metrics[f"mrgrpo/rewards/{name}"].append(mean if count else float("nan"))
-        totals = filled[scored] @ self._weights(values).numpy()
-        metrics["mrgrpo/reward_total"].append(float(totals.mean()) if totals.size else float("nan"))
-        magnitude = np.abs(a)
-        stats = (
-            (float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0, float(magnitude.mean()),
-             float(a.min()), float(a.max()), float((magnitude < 1e-8).mean()))
-            if a.size else (float("nan"),) * 6
-        )
-        for key, value in zip(("mean", "std", "abs_mean", "min", "max", "frac_zero"), stats):
-            metrics[f"mrgrpo/advantages/{key}"].append(value)
+        means, total = reward_means(v, self._weights_for(values.device)[3])
+        for key, mean in zip(self._reward_metric_keys, means):
+            metrics[key].append(mean)
+        metrics["mrgrpo/reward_total"].append(total)
+        listed = a.tolist()
+        for key, value in zip(self._advantage_metric_keys, advantage_stats(a, listed)):
+            metrics[key].append(value)
         if mode == "train" and self.estimator_state is not None:
             for key, value in flatten_scalars(self.estimator_state, "mrgrpo/state").items():
                 metrics[key].append(value)
@@ -413,7 +483,7 @@ class MultiRewardMixin:
         logged = self._logs["advantages"]
         for _ in range(min(len(a), len(logged))):
             logged.pop()
-        logged.extend(a.tolist())
+        logged.extend(listed)
         due = mode != "train" or self._diagnostics_batches % self.diagnostics_every == 0
         if mode == "train":
             self._diagnostics_batches += 1
