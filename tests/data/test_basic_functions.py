@@ -47,3 +47,25 @@ def test_every_template_reference_passes_in_the_sandbox_and_a_wrong_body_does_no
                "entry_point": [i["entry_point"] for i in items], "code_prefix": [""] * len(items)}
     assert suite.components[0].fn([""] * len(items), completions, **columns) == [1.0] * len(items)
     assert suite.components[0].fn([""] * len(items), wrong, **columns) == [0.0] * len(items)
+
+
+def test_families_restrict_the_templates_and_the_default_draws_from_all_ten():
+    from mrgrpo.data.basic_functions import FAMILIES
+
+    assert len(FAMILIES) == len(TEMPLATES) == 10 and "repeat_times" in FAMILIES and "add" in FAMILIES
+    assert problem(5) == problem(5, families=None)  # no option: the same set as before it existed
+    items = basic_function_items(40, families=["add", "times"])
+    assert {re.sub(r"_\d+", "", i["entry_point"]) for i in items} == {"add", "times"}
+    everything = basic_function_items(80)
+    assert {re.sub(r"_\d+", "_K", i["entry_point"]) for i in everything} >= {"add_K", "repeat_K_times", "count_above_K"}
+
+
+def test_an_unknown_family_is_one_config_error_naming_the_known_ones():
+    from mrgrpo.errors import ConfigError
+
+    task, spec = resolve(TaskSpec("basic_functions", {"families": ["add", "divide"]}, size=2))
+    with pytest.raises(ConfigError, match=r"unknown families \['divide'\]; known: \['add'"):
+        task.rows(spec, "train", True)
+    task, spec = resolve(TaskSpec("basic_functions", {"families": "add"}, size=2))
+    with pytest.raises(ConfigError, match="non-empty list"):
+        task.rows(spec, "train", True)

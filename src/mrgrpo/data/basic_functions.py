@@ -17,7 +17,7 @@ its reach, so every code component can be nonzero in a short CPU run.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,11 @@ class Template:
     inputs: Callable[[random.Random], list[Any]]
     constant: Callable[[random.Random], int]
     function: Callable[[Any, int], Any]
+
+    @property
+    def family(self) -> str:
+        """The name without its constant: ``add_{k}`` -> ``add``, ``repeat_{k}_times`` -> ``repeat_times``."""
+        return self.name.replace("_{k}", "")
 
 
 def _ints(rng: random.Random) -> list[int]:
@@ -72,10 +77,29 @@ TEMPLATES: tuple[Template, ...] = (
 )
 
 
-def problem(index: int, seed: int = 0) -> dict[str, Any]:
-    """Problem ``index`` of the seeded set: ``{task_id, prompt, test, reference, entry_point}``."""
+FAMILIES: tuple[str, ...] = tuple(t.family for t in TEMPLATES)
+
+
+def templates_of(families: Sequence[str] | None) -> tuple[Template, ...]:
+    """The templates of ``families`` (None: all), in :data:`TEMPLATES` order; an unknown name is an error."""
+    if families is None:
+        return TEMPLATES
+    if isinstance(families, str) or not all(isinstance(f, str) for f in families) or not families:
+        raise ValueError(f"families must be a non-empty list of names from {list(FAMILIES)}, got {families!r}")
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown families {unknown}; known: {list(FAMILIES)}")
+    return tuple(t for t in TEMPLATES if t.family in set(families))
+
+
+def problem(index: int, seed: int = 0, families: Sequence[str] | None = None) -> dict[str, Any]:
+    """Problem ``index`` of the seeded set: ``{task_id, prompt, test, reference, entry_point}``.
+
+    ``families``: draw only from these templates (:data:`FAMILIES`; None: all ten, the same
+    problems as before the option existed)."""
     rng = random.Random(f"basic_functions:{seed}:{index}")
-    template = TEMPLATES[rng.randrange(len(TEMPLATES))]
+    pool = templates_of(families)
+    template = pool[rng.randrange(len(pool))]
     k = template.constant(rng)
     name = template.name.format(k=k)
     inputs = template.inputs(rng)
@@ -90,13 +114,15 @@ def problem(index: int, seed: int = 0) -> dict[str, Any]:
     return {"task_id": f"basic/{index}", "prompt": prompt, "test": tests, "reference": reference, "entry_point": name}
 
 
-def basic_function_items(count: int, seed: int = 0, start: int = 0) -> list[dict[str, Any]]:
-    """``count`` distinct problems from index ``start`` on (a duplicate function name + tests is skipped)."""
+def basic_function_items(count: int, seed: int = 0, start: int = 0, families: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """``count`` distinct problems from index ``start`` on (a duplicate function name + tests is
+    skipped), drawn from ``families`` (None: all)."""
+    templates_of(families)  # an unknown family fails here, before the loop
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     index = start
     while len(out) < count:
-        item = problem(index, seed)
+        item = problem(index, seed, families)
         key = item["reference"] + "\n".join(item["test"])
         if key not in seen:
             seen.add(key)

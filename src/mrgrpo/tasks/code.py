@@ -158,7 +158,10 @@ class CodeDatasetTask(_CodeTask):
 class BasicFunctionsTask(_CodeTask):
     name = "basic_functions"
     description = "procedural one-line Python functions with assert tests (within a 135M model's reach)"
-    options = {"test_start": Option(100000, "index of the first test problem (train problems come before it)")}
+    options = {
+        "test_start": Option(100000, "index of the first test problem (train problems come before it)"),
+        "families": Option(None, "template families to draw from, e.g. [add, times] (default: all ten)"),
+    }
     split = "train: problems from index 0 on (the few_shot examples first); test: from test_start on"
     eval_max_new_tokens = 128
     #: problems per split when the config gives no size (the set itself is unbounded)
@@ -167,11 +170,17 @@ class BasicFunctionsTask(_CodeTask):
     def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
         from datasets import Dataset
 
-        from mrgrpo.data.basic_functions import INSTRUCTION, basic_function_items
+        from mrgrpo.data.basic_functions import INSTRUCTION, basic_function_items, templates_of
         from mrgrpo.data.code_jsonl import code_records
 
+        families = options["families"]
+        try:
+            templates_of(families)
+        except ValueError as error:
+            raise ConfigError(f"task basic_functions: {error}") from None
+
         def records(count: int, start: int) -> list[dict[str, Any]]:
-            items = basic_function_items(count, spec.seed, start)
+            items = basic_function_items(count, spec.seed, start, families)
             return code_records(items, test_format="assert", instruction=INSTRUCTION)
 
         # a procedural set has no natural end: without task.size / task.eval_size, DEFAULT_PROBLEMS
