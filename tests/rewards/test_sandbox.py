@@ -654,3 +654,30 @@ def test_the_docs_page_names_what_the_code_does():
     assert "`netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
     for fn in (sandbox.run, sandbox.run_many):
         assert "require_isolation" in inspect.signature(fn).parameters
+
+
+def test_pointing_imports_at_the_library_leaves_lazy_modules_alone(tmp_path, monkeypatch):
+    """A process that imported transformers holds modules whose attribute lookup imports (its
+    aliases of optional backends raise ModuleNotFoundError for ``__path__``): moving the import
+    paths must read each module's own ``__path__``, never trigger such an import."""
+    import sys
+    import types
+
+    from mrgrpo.rewards.sandbox.child import confine
+
+    class Lazy(types.ModuleType):
+        def __getattr__(self, name):
+            raise ModuleNotFoundError("No module named 'torchvision'")
+
+    hidden = tmp_path / "home"
+    library = hidden / "lib"
+    (library / "pkg").mkdir(parents=True)
+    hidden.chmod(0o700)  # others cannot walk to the library: the paths are moved
+    package = types.ModuleType("pkg_under_test")
+    package.__path__ = [str(library / "pkg")]
+    monkeypatch.setitem(sys.modules, "lazy_under_test", Lazy("lazy_under_test"))
+    monkeypatch.setitem(sys.modules, "pkg_under_test", package)
+    monkeypatch.setattr(sys, "path", [str(library), *sys.path])
+    confine._reach_stdlib(str(library))
+    assert sys.path[0].startswith("/proc/self/fd/") and package.__path__[0].startswith("/proc/self/fd/")
+    assert package.__path__[0].endswith("/pkg")

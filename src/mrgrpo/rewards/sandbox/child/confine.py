@@ -392,7 +392,8 @@ def _reach_stdlib(stdlib):
 
     sys.path[:] = [moved(p) for p in sys.path]
     for module in list(sys.modules.values()):
-        search = getattr(module, "__path__", None)
+        # the module's own dict, not getattr: a lazy module's __getattr__ would import on lookup
+        search = getattr(module, "__dict__", {}).get("__path__")
         if type(search) is list:
             search[:] = [moved(p) for p in search]
     sys.path_importer_cache.clear()
