@@ -89,7 +89,8 @@ def templates_of(families: Sequence[str] | None) -> tuple[Template, ...]:
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families {unknown}; known: {list(FAMILIES)}")
-    return tuple(t for t in TEMPLATES if t.family in set(families))
+    chosen = set(families)
+    return tuple(t for t in TEMPLATES if t.family in chosen)
 
 
 def problem(index: int, seed: int = 0, families: Sequence[str] | None = None) -> dict[str, Any]:
@@ -97,8 +98,11 @@ def problem(index: int, seed: int = 0, families: Sequence[str] | None = None) ->
 
     ``families``: draw only from these templates (:data:`FAMILIES`; None: all ten, the same
     problems as before the option existed)."""
+    return _problem(index, seed, templates_of(families))
+
+
+def _problem(index: int, seed: int, pool: tuple[Template, ...]) -> dict[str, Any]:
     rng = random.Random(f"basic_functions:{seed}:{index}")
-    pool = templates_of(families)
     template = pool[rng.randrange(len(pool))]
     k = template.constant(rng)
     name = template.name.format(k=k)
@@ -117,12 +121,12 @@ def problem(index: int, seed: int = 0, families: Sequence[str] | None = None) ->
 def basic_function_items(count: int, seed: int = 0, start: int = 0, families: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """``count`` distinct problems from index ``start`` on (a duplicate function name + tests is
     skipped), drawn from ``families`` (None: all)."""
-    templates_of(families)  # an unknown family fails here, before the loop
+    pool = templates_of(families)  # resolved (and checked) once, not per problem
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     index = start
     while len(out) < count:
-        item = problem(index, seed, families)
+        item = _problem(index, seed, pool)
         key = item["reference"] + "\n".join(item["test"])
         if key not in seen:
             seen.add(key)
