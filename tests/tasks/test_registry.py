@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -108,31 +109,67 @@ def test_bfcl_worked_example_is_the_shortest_train_item_and_is_left_out_of_train
 
 def test_bfcl_skeleton_ends_every_request_with_the_reference_call_values_left_as_types():
     from mrgrpo.rewards import get_suite
-    from mrgrpo.rewards.tool_call import parse_calls
     from mrgrpo.tasks.tool_call import SKELETON_INSTRUCTION
 
-    spec = TaskSpec("bfcl", {"skeleton": True, "think": False}, size=3, few_shot=1)
-    plain = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False}, size=3, few_shot=1), "train")
+    spec = TaskSpec("bfcl", {"skeleton": True, "think": False}, size=12, few_shot=1)
+    plain = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False}, size=12, few_shot=1), "train")
     rows = get_task("bfcl").rows(spec, "train")
     suite = get_suite("tool_call", think=False)
+    copies = {"strings only": 0, "with a bare placeholder": 0}
     for row, before in zip(rows, plain):
         system, example_user, example_answer, user = row["prompt"]
         assert system["content"].endswith(SKELETON_INSTRUCTION)
         # the request is unchanged up to the skeleton, which holds the reference's names and keys
         assert user["content"].startswith(before["prompt"][-1]["content"] + "\nCall to make: <tool_call>")
-        (name, holes), = parse_calls(user["content"])
-        expected = json.loads(row["ground_truth"])[0]
-        assert name == next(iter(expected)) and set(holes) <= set(next(iter(expected.values())))
+        skeleton = user["content"].split("Call to make: ")[1]
+        (name, args), = json.loads(row["ground_truth"])[0].items()
         schema = json.loads(row["functions"])[0]["parameters"]["properties"]
-        assert all(value == f"<{schema[key]['type']}>" for key, value in holes.items())
+        assert skeleton.startswith(f'<tool_call>[{{"name": "{name}", "arguments": {{') and skeleton.endswith("}}]</tool_call>")
+        holes = re.findall(r'"([^"]+)": ("?)<([a-z]+)>"?', skeleton)
+        assert {key for key, _, _ in holes} <= set(args) and holes
+        for key, quote, kind in holes:
+            # a string's placeholder is quoted, every other type's is bare where its JSON value goes
+            assert kind == schema[key]["type"] and (quote == '"') == (kind == "string")
         assert "\nCall to make: <tool_call>" in example_user["content"]  # the example shows the pattern
         assert example_answer["content"] == before["prompt"][2]["content"]
-        # the skeleton itself is no answer: its placeholders are wrong values
-        scores = {c.name: c([row["prompt"]], [[{"role": "assistant", "content": user["content"].split("Call to make: ")[1]}]],
+        # the skeleton itself is no answer: its placeholders are wrong values, and where one is
+        # bare the copy is no valid block at all
+        scores = {c.name: c([row["prompt"]], [[{"role": "assistant", "content": skeleton}]],
                             **{k: [row[k]] for k in ("functions", "ground_truth")})[0] for c in suite.components}
-        assert scores["function_name"] == 1.0 and scores["all_exact"] == 0.0
+        assert scores["all_exact"] == 0.0 and scores["parameter_values"] == 0.0
+        if all(kind == "string" for _, _, kind in holes):
+            copies["strings only"] += 1
+            assert scores["format"] == 1.0 and scores["function_name"] == 1.0
+        else:
+            copies["with a bare placeholder"] += 1
+            assert scores["format"] == 0.0 and scores["function_name"] == 0.0
+    assert all(copies.values()), copies  # both kinds were checked
     with pytest.raises(ConfigError):
         get_task("bfcl").rows(TaskSpec("bfcl", {"skeleton": "yes please"}), "train")
+
+
+def test_bfcl_values_in_request_keeps_only_items_whose_required_values_the_request_writes():
+    from mrgrpo.tasks.tool_call import values_in_request
+
+    def row(request, answer):
+        return {"prompt": [{"role": "user", "content": request}], "ground_truth": json.dumps([{"f": answer}])}
+
+    assert values_in_request(row("A circle of radius 4 inches", {"radius": [4], "unit": ["inches", "in"]}))
+    assert values_in_request(row("yield of 5% on 2000", {"rate": [5.0], "amount": [2000], "note": ["", "x"]}))  # optional skipped
+    assert values_in_request(row("average of 12, 15 and 18", {"numbers": [[12.0, 15.0, 18.0]]}))
+    assert not values_in_request(row("the year 2024", {"n": [4]}))  # not inside a longer number
+    assert not values_in_request(row("a radius of 4.5", {"r": [4]}))
+    assert not values_in_request(row("rate of 8%", {"rate": [0.08]}))  # converted, not written
+    assert not values_in_request(row("with details", {"details": [True]}))  # booleans never are
+    assert not values_in_request(row("average of 12 and 15", {"numbers": [[12, 15, 18]]}))
+    assert not values_in_request(row("anything", {"note": ["", "x"]}))  # nothing required
+
+    every = {s: get_task("bfcl").rows(TaskSpec("bfcl", {"think": False}), s) for s in ("train", "eval")}
+    for split, rows in every.items():
+        kept = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False, "values_in_request": True}), split)
+        assert 0 < len(kept) < len(rows)
+        # the same items the predicate accepts, from the same split (the split itself does not move)
+        assert sorted(r["id"] for r in kept) == sorted(r["id"] for r in rows if values_in_request(r))
 
 
 def test_qa_task_reads_a_jsonl_file_with_a_seeded_holdout(tmp_path):

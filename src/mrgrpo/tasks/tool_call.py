@@ -6,7 +6,8 @@ Categories: every single-turn Python category BFCL ships with possible answers,
 ``live_parallel``, ``live_parallel_multiple``); others are an error naming why.
 
 Split: per category, the item ids are shuffled with ``random.Random(f"bfcl:{category}:{seed}")``;
-the first ``test_fraction`` (rounded) are the test split, the rest train; the ``few_shot`` worked
+the first ``test_fraction`` (rounded) are the test split, the rest train (``values_in_request``
+then keeps, in both, only the items :func:`values_in_request` accepts); the ``few_shot`` worked
 examples are the train items with the shortest prompts (function schemas plus request, in
 characters; ties in shuffled order), then left out of train: an example's functions are listed
 in every prompt, so a short one keeps every prompt short. Train and eval are shuffled across
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from mrgrpo.errors import ConfigError
@@ -48,6 +50,7 @@ class BFCLTask(Task):
         "test_fraction": Option(0.25, "share of each category's items held out for eval"),
         "data_dir": Option(None, "a directory with BFCL_v*_<category>.json files (default: the bfcl-eval package)"),
         "skeleton": Option(False, "each request ends with the call to make, values as <type> placeholders (a scaffold for small models)"),
+        "values_in_request": Option(False, "keep only items whose every required value is written in the request (an easier subset)"),
     }
     ground_truth = "ground_truth"
     eval_metric = "all_exact"
@@ -78,6 +81,8 @@ class BFCLTask(Task):
             random.Random(f"bfcl:{category}:{spec.seed}").shuffle(rows)
             n_test = int(round(options["test_fraction"] * len(rows)))
             test, train = rows[:n_test], rows[n_test:]
+            if options["values_in_request"]:
+                test, train = [r for r in test if values_in_request(r)], [r for r in train if values_in_request(r)]
             shots = sorted(train, key=_prompt_chars)[: spec.few_shot] if not examples else []
             examples.extend(shots)
             chosen.extend(test if split == "eval" else [r for r in train if r not in shots])
@@ -127,15 +132,59 @@ SKELETON_INSTRUCTION = "Each request ends with the call to make: answer with tha
 
 def call_skeleton(row: dict[str, Any]) -> str:
     """The calls of ``row``'s reference answer with every value replaced by its schema type in angle
-    brackets: ``<tool_call>[{"name": "f", "arguments": {"x": "<integer>"}}]</tool_call>``."""
+    brackets: ``<tool_call>[{"name": "f", "arguments": {"s": "<string>", "x": <integer>}}]</tool_call>``.
+
+    A string's placeholder is quoted, every other type's is bare, where the JSON value goes: the
+    skeleton shows which values are quoted, and copied as it stands it is no valid call (not even
+    the ``format`` component's block), so copying the skeleton earns nothing for a non-string value.
+    """
     functions = json.loads(row["functions"])
     properties = {f["name"]: (f.get("parameters") or {}).get("properties") or {} for f in functions}
-    calls = reference_calls(json.loads(row["ground_truth"]), functions)
-    holes = [
-        (name, {key: f"<{(properties.get(name, {}).get(key) or {}).get('type', 'value')}>" for key in args})
-        for name, args in calls
+    calls = []
+    for name, args in reference_calls(json.loads(row["ground_truth"]), functions):
+        types = {key: str((properties.get(name, {}).get(key) or {}).get("type", "value")) for key in args}
+        holes = ", ".join(
+            f"{json.dumps(key, ensure_ascii=False)}: " + (f'"<{kind}>"' if kind in _QUOTED_TYPES else f"<{kind}>")
+            for key, kind in types.items()
+        )
+        calls.append(f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {{{holes}}}}}')
+    return "<tool_call>[" + ", ".join(calls) + "]</tool_call>"
+
+
+# schema types whose placeholder is quoted (a JSON string goes there)
+_QUOTED_TYPES = frozenset({"string", "value", "any"})
+
+
+def values_in_request(row: dict[str, Any]) -> bool:
+    """Whether every required value of ``row``'s reference calls is written in its request, so that
+    the answer can be copied from the request: for each parameter without an empty-string option
+    (BFCL's mark of an optional one), some acceptable value is a number written as such (``4``,
+    ``0.5``; ``4.0`` also as ``4``; not inside a longer number), a non-empty string contained in
+    the request (ignoring case), or a list whose every element is written. Booleans, dicts and
+    empty strings are never written; an item without a required value is not kept either.
+    """
+    request = row["prompt"][-1]["content"]
+    required = [
+        options
+        for call in json.loads(row["ground_truth"])
+        for args in call.values()
+        for options in args.values()
+        if "" not in options
     ]
-    return format_calls(holes, None)
+    return bool(required) and all(any(_written(value, request) for value in options) for options in required)
+
+
+def _written(value: Any, request: str) -> bool:
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, (int, float)):
+        forms = {str(value)} | ({str(int(value))} if float(value).is_integer() else set())
+        return any(re.search(rf"(?<![\d.]){re.escape(form)}(?![\d]|\.\d)", request) for form in forms)
+    if isinstance(value, str):
+        return bool(value) and value.lower() in request.lower()
+    if isinstance(value, list):
+        return bool(value) and all(_written(item, request) for item in value)
+    return False
 
 
 def _user_turn(row: dict[str, Any], skeleton: bool) -> dict[str, Any]:
