@@ -216,7 +216,7 @@ def run(job: Job, launcher: bool = True, require_isolation: bool = False, allow_
 
 
 def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bool | None, timing: bool = False,
-         record: bool = False) -> Result:
+         record: bool = False, reap: bool = True) -> Result:
     minimum = _minimum(require_isolation, allow_unisolated)
     limits = job.limits
     uid = _take_uid()
@@ -228,7 +228,8 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
         except (ValueError, SyntaxError) as error:
             return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
         result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher,
-                                   shared_userns=not {"namespaces", "seccomp"} & set(candidate["refuse"]))
+                                   shared_userns=not {"namespaces", "chroot", "seccomp"} & set(candidate["refuse"]),
+                                   reap=reap or timing, stdlib=candidate["stdlib"])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         with _uids_lock:
@@ -360,6 +361,7 @@ def run_alone(jobs: Sequence[Job], repeats: int = 1, launcher: bool = True, reco
     (``Result.record``, for :func:`null_job`). ``require_isolation`` / ``allow_unisolated``: as
     for :func:`run`."""
     with _gate.alone():
+        processes.settle()  # no candidate of an earlier batch still ending
         return [[_run(job, launcher, require_isolation, allow_unisolated, timing=True, record=record)
                  for _ in range(max(1, int(repeats)))] for job in jobs]
 
@@ -414,7 +416,9 @@ def run_many(
                 return None
             state["running"] += 1
         try:
-            return run(job, launcher, require_isolation, allow_unisolated)
+            # candidates whose judge finished are not waited for one by one (settled below)
+            with _gate.shared():
+                return _run(job, launcher, require_isolation, allow_unisolated, reap=False)
         finally:
             with state_lock:
                 state["running"] -= 1
@@ -442,6 +446,7 @@ def run_many(
     finally:
         if bar is not None:
             bar.close()
+        processes.settle()  # every candidate of the batch reaped before it returns
     pool.shutdown(wait=True)
     return results  # type: ignore[return-value]
 

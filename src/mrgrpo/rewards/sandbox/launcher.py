@@ -52,7 +52,7 @@ STUB_PREFIX = (
 )
 _STUB = STUB_PREFIX + (
     "posix.close(0); posix.open('/dev/null', posix.O_RDONLY)\n"
-    "g['_zygote'](int(sys.argv[1]), int(sys.argv[2]))\n"
+    "g['_zygote'](int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])\n"
 )
 
 
@@ -73,13 +73,14 @@ class _Channel:
 class Zygote:
     """One launcher process and the bookkeeping of its children (thread-safe)."""
 
-    def __init__(self, executable: str, env: dict, boot_code: bytes):
+    def __init__(self, executable: str, env: dict, boot_code: bytes, stdlib: str):
         self.owner = os.getpid()
+        self.stdlib = stdlib  # the candidate launcher's prepared root holds this standard library
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         userns_ours, userns_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = subprocess.Popen(
-                [executable, "-I", "-S", "-c", _STUB, str(theirs.fileno()), str(userns_theirs.fileno())],
+                [executable, "-I", "-S", "-c", _STUB, str(theirs.fileno()), str(userns_theirs.fileno()), stdlib],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -103,6 +104,7 @@ class Zygote:
         self._cond = threading.Condition()
         self.idle_judges: list[tuple[int, socket.socket]] = []  # judge servers between runs
         self._exits: dict[int, int] = {}
+        self._discarded: set[int] = set()  # killed, their exit not waited for (:meth:`discard`)
         self._owners: dict[int, _Channel] = {}  # candidates of the user-namespace launcher
         for channel, name in ((self._main, "mrgrpo-zygote-reader"), (self._userns, "mrgrpo-zygote-userns-reader")):
             threading.Thread(target=self._reader, args=(channel,), name=name, daemon=True).start()
@@ -122,7 +124,11 @@ class Zygote:
                         if len(words) == 2 and words[0] == b"P" and int(words[1]) > 1:
                             channel.spawned.append(int(words[1]))
                         elif len(words) == 3 and words[0] == b"X":
-                            self._exits[int(words[1])] = int(words[2])
+                            if int(words[1]) in self._discarded:
+                                self._discarded.discard(int(words[1]))
+                                self._owners.pop(int(words[1]), None)
+                            else:
+                                self._exits[int(words[1])] = int(words[2])
                         elif len(words) == 2 and words[0] == b"R" and channel is self._userns and int(words[1]) > 1:
                             channel.ready = int(words[1])
                     self._cond.notify_all()
@@ -194,6 +200,19 @@ class Zygote:
                 raise ZygoteDied("sandbox launcher is gone")
             self._owners.pop(pid, None)
             return os.waitstatus_to_exitcode(self._exits.pop(pid))
+
+    def discard(self, pid: int) -> None:
+        """``pid`` (killed) is not waited for: its exit status is dropped when it comes."""
+        with self._cond:
+            if self._exits.pop(pid, None) is None:
+                self._discarded.add(pid)
+            else:
+                self._owners.pop(pid, None)
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until every discarded process has been reaped (or the launcher is gone)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._discarded or not self.alive, timeout)
 
     def forget(self) -> None:
         """In a forked copy of the caller: close this copy's sockets, leave the launcher alone."""
