@@ -85,6 +85,7 @@ def _zygote(control_fd, userns_fd=-1, stdlib=None):
         except ImportError:
             pass
     _harden(pdeathsig=False)
+    confine.warm()
     _exceptions(sys.modules["builtins"].__dict__)
     gc.collect()
     gc.freeze()  # forked children do not copy the preloaded heap's pages by collecting it

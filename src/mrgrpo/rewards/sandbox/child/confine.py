@@ -70,14 +70,32 @@ LAUNCHER_REAL_ROOT = False
 _LAUNCHER_TMP = "/tmp"
 
 
-def _c():
-    """``(libc, syscall)`` through ctypes (loaded before any untrusted code; errno kept)."""
-    import ctypes
+_CTYPES = []
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    syscall = libc.syscall
-    syscall.restype = ctypes.c_long
-    return ctypes, libc, syscall
+
+def _c():
+    """``(ctypes, libc, syscall)`` through ctypes (errno kept). Made once, in the launcher, before
+    it forks anything (:func:`warm`): a candidate's setup then creates no ctypes type and opens no
+    library, and none of this is reached by untrusted code before it is used."""
+    if not _CTYPES:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+
+        class Fprog(ctypes.Structure):  # struct sock_fprog
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        _CTYPES[:] = [ctypes, libc, syscall, Fprog]
+    return tuple(_CTYPES[:3])
+
+
+def warm():
+    """In the launcher: the ctypes objects and C functions a candidate's setup uses, resolved once."""
+    _, libc, _ = _c()
+    for name in ("prctl", "unshare", "mount", "umount2", "chroot", "capget", "capset", "setns", "setgroups"):
+        getattr(libc, name)
 
 
 def _real_root():
@@ -675,11 +693,7 @@ def _seccomp():
     if program is None:
         return False
     buffer = ctypes.create_string_buffer(program, len(program))
-
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fprog = Fprog(len(program) // 8, ctypes.addressof(buffer))
+    fprog = _CTYPES[3](len(program) // 8, ctypes.addressof(buffer))
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return False
     return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
