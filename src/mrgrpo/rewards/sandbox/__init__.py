@@ -220,18 +220,31 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
     minimum = _minimum(require_isolation, allow_unisolated)
     limits = job.limits
     uid = _take_uid()
-    workdir = tempfile.mkdtemp(prefix="mrgrpo-sbx-")
+    shared = not {"namespaces", "chroot", "seccomp"} & _refused_layers
+    stdlib = processes._interpreter()[1]
+    # A candidate of the candidate launcher works in a tmpfs of its own and never sees a directory
+    # of the caller's: none is made for it (its job names none, ""; processes.NeedsWorkdir if it
+    # cannot go there after all).
+    workdir = "" if launcher and shared and processes.candidate_launcher_ready(stdlib) else None
     try:
-        os.chmod(workdir, 0o700)
-        try:
-            judge, candidate, n_cases = _payloads(job, workdir, uid, minimum, timing, record)
-        except (ValueError, SyntaxError) as error:
-            return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
-        result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher,
-                                   shared_userns=not {"namespaces", "chroot", "seccomp"} & set(candidate["refuse"]),
-                                   reap=reap or timing, stdlib=candidate["stdlib"])
+        while True:
+            if workdir is None:
+                workdir = tempfile.mkdtemp(prefix="mrgrpo-sbx-")
+                os.chmod(workdir, 0o700)
+            try:
+                judge, candidate, n_cases = _payloads(job, workdir, uid, minimum, timing, record)
+            except (ValueError, SyntaxError) as error:
+                return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
+            try:
+                result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher,
+                                           shared_userns=shared, reap=reap or timing, stdlib=stdlib,
+                                           has_workdir=bool(workdir))
+                break
+            except processes.NeedsWorkdir:
+                workdir = None
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
         with _uids_lock:
             _uids_in_use.discard(uid)
     if result.error_type == "IsolationUnavailable":

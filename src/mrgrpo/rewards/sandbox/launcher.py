@@ -168,14 +168,18 @@ class Zygote:
                 raise ZygoteDied("sandbox user-namespace launcher is gone")
         return self._main  # none (real root, or user namespaces refused): the launcher makes them per run
 
-    def spawn(self, kind: bytes, fds: Sequence[int], timeout: float = 30.0, userns: bool = False) -> int:
+    def spawn(self, kind: bytes, fds: Sequence[int], timeout: float = 30.0, userns: bool = False,
+              required: bool = False) -> int:
         """Fork a candidate (``C``, its five pipe ends) or a judge server (``K``, its socket); the
-        pid. ``userns``: a candidate that may be forked in the launcher's user namespace."""
+        pid. ``userns``: a candidate that may be forked by the candidate launcher; ``required``:
+        only there (:class:`ZygoteDied` if it is not serving)."""
         with self._send_lock:
             with self._cond:
                 if not self.alive:
                     raise ZygoteDied("sandbox launcher is gone")
             channel = self._candidate_channel(timeout) if kind == b"C" and userns else self._main
+            if required and channel is not self._userns:
+                raise ZygoteDied("sandbox candidate launcher is not serving")
             try:
                 socket.send_fds(channel.sock, [kind], list(fds))
             except OSError as error:

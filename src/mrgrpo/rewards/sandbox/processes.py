@@ -144,9 +144,10 @@ class _DirectPair:
 class _ZygotePair:
     """A judge server (reused from run to run) and a candidate forked by the launcher."""
 
-    def __init__(self, zygote: Zygote, userns: bool):
+    def __init__(self, zygote: Zygote, userns: bool, required: bool = False):
         self.zygote = zygote
-        self.userns = userns  # the candidate may be forked in the launcher's user namespace
+        self.userns = userns  # the candidate may be forked by the candidate launcher
+        self.required = required  # ... and only there
         self.judge: tuple[int, socket.socket] | None = None
 
     def _judge(self) -> tuple[int, socket.socket]:
@@ -176,7 +177,7 @@ class _ZygotePair:
                     raise ZygoteDied("sandbox judge servers keep failing") from None
         self.judge = (pid, sock)
         try:
-            candidate = self.zygote.spawn(b"C", candidate_fds, userns=self.userns)
+            candidate = self.zygote.spawn(b"C", candidate_fds, userns=self.userns, required=self.required)
         except BaseException:
             self.end_judge(ok=False)
             raise
@@ -306,22 +307,38 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, r
     return parse_report(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
 
 
+class NeedsWorkdir(Exception):
+    """A job made without a working directory cannot go to the candidate launcher after all."""
+
+
+def candidate_launcher_ready(stdlib: str) -> bool:
+    """The launcher's candidate launcher is serving, with ``stdlib`` in its prepared root."""
+    z = _zygote_instance
+    return z is not None and z.alive and z.owner == os.getpid() and z.stdlib == stdlib and z.userns_pid is not None
+
+
 def execute(stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, launcher: bool,
-            shared_userns: bool = True, reap: bool = True, stdlib: str | None = None) -> Result:
+            shared_userns: bool = True, reap: bool = True, stdlib: str | None = None,
+            has_workdir: bool = True) -> Result:
     """One run: the judge's and the candidate's framed jobs -> the judged :class:`Result`.
     ``shared_userns``: the candidate may be forked by the candidate launcher, in its namespaces
     and under its prepared root (False when its job refuses namespaces, chroot or seccomp, which
     that launcher's candidates cannot do without); ``stdlib``: the job's standard library, which
-    must be the one in that root.
+    must be the one in that root. ``has_workdir`` False: the job names no working directory, so it
+    runs only there (:class:`NeedsWorkdir` otherwise).
     ``reap``: wait for the candidate's exit; otherwise (a batch: :func:`settle` at its end), a
     candidate with a private root whose judge finished is killed and left to the launcher to reap."""
     zygote = _zygote() if launcher else None
     if zygote is not None:
+        shared = shared_userns and stdlib == zygote.stdlib
+        if not has_workdir and not (shared and zygote.userns_pid is not None):
+            raise NeedsWorkdir
         try:
-            shared = shared_userns and stdlib == zygote.stdlib
-            return _run_pair(_ZygotePair(zygote, shared), stdins, n_cases, limits, reap)
+            return _run_pair(_ZygotePair(zygote, shared, required=not has_workdir), stdins, n_cases, limits, reap)
         except ZygoteDied:
             _drop_zygote(zygote)
+    if not has_workdir:
+        raise NeedsWorkdir
     boot = bootstrap_code()
     return _run_pair(_DirectPair(), tuple(b"%010d" % len(boot) + boot + s for s in stdins), n_cases, limits)
 
