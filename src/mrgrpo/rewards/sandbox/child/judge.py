@@ -178,6 +178,19 @@ class _Link:
         return value
 
 
+_OPEN = []  # fds of this run's _CpuClock
+
+
+def _close_clock():
+    import posix
+
+    while _OPEN:
+        try:
+            posix.close(_OPEN.pop())
+        except OSError:
+            pass
+
+
 class _CpuClock:
     """CPU time (ns) the candidate's program has used since this clock started, as the kernel
     counts it (``/proc/<pid>/schedstat``): unaffected by what else the machine runs, and by
@@ -187,34 +200,46 @@ class _CpuClock:
     is -1 where ``/proc`` cannot be read."""
 
     def __init__(self, pid):
+        import posix
         import time
 
         self.clock = time.monotonic_ns
         target = pid
         try:
-            with open("/proc/%d/task/%d/children" % (pid, pid)) as handle:
-                children = handle.read().split()
+            fd = posix.open("/proc/%d/task/%d/children" % (pid, pid), posix.O_RDONLY | posix.O_CLOEXEC)
+            try:
+                children = posix.read(fd, 4096).split()
+            finally:
+                posix.close(fd)
             if children:
                 target = int(children[0])
         except (OSError, ValueError):
             pass
-        self.stat = "/proc/%d/stat" % target
-        self.schedstat = "/proc/%d/schedstat" % target
+        # held open for the run and read again with pread (a fraction of an open per reading);
+        # closed by the judge server after the run (_OPEN)
+        self.stat = self.schedstat = None
+        try:
+            self.stat = posix.open("/proc/%d/stat" % target, posix.O_RDONLY | posix.O_CLOEXEC)
+            _OPEN.append(self.stat)
+            self.schedstat = posix.open("/proc/%d/schedstat" % target, posix.O_RDONLY | posix.O_CLOEXEC)
+            _OPEN.append(self.schedstat)
+        except OSError:
+            pass
         self.start = None
 
     def read(self):
         import posix
 
+        if self.schedstat is None:
+            return None
         deadline = self.clock() + 50_000_000
         try:
             while True:
-                with open(self.stat) as handle:
-                    state = handle.read().rsplit(")", 1)[1].split()[0]
-                if state != "R" or self.clock() > deadline:
+                state = posix.pread(self.stat, 4096, 0).rsplit(b")", 1)[1].split()[0]
+                if state != b"R" or self.clock() > deadline:
                     break
                 posix.sched_yield()
-            with open(self.schedstat) as handle:
-                return int(handle.read().split()[0])
+            return int(posix.pread(self.schedstat, 4096, 0).split()[0])
         except (OSError, ValueError, IndexError):
             return None
 
@@ -468,6 +493,7 @@ def _judge_server(control_fd, read):
                 _judge_main(read)
             except BaseException:
                 pass
+            _close_clock()
             if "random" in sys.modules:  # a timing run's seed does not carry over to the next run
                 _seed(None)
             for target in (0, 3, 4, 5):  # the run is over for the caller and the candidate now
