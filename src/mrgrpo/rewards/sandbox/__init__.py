@@ -144,7 +144,7 @@ def _payloads(
     """(judge's job, candidate's job, number of cases). Raises ValueError/SyntaxError for bad tests."""
     limits = job.limits
     judge = {
-        "seed": TIMING_SEED if timing else None, "record": bool(record),
+        "seed": TIMING_SEED if timing else None, "record": bool(record), "settle": bool(timing),
         "mode": "none", "context": None, "declared": (), "tests": b"", "names": (), "n_cases": 0,
         "entry_point": job.entry_point or "", "stdio_cases": [], "value_cap": int(limits.reply_bytes),
         "decode_cpu_ns": int(limits.decode_cpu_s * 1e9), "decode_items": int(limits.decode_items),
