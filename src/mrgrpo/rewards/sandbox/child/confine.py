@@ -92,7 +92,11 @@ def _c():
 
 
 def warm():
-    """In the launcher: the ctypes objects and C functions a candidate's setup uses, resolved once."""
+    """In the launcher: the ctypes objects and C functions a candidate's setup uses, resolved once,
+    and the seccomp filter's program (:func:`seccomp_program`)."""
+    import posix
+
+    seccomp_program(posix.uname().machine, 1)
     _, libc, _ = _c()
     for name in ("prctl", "unshare", "mount", "umount2", "chroot", "capget", "capset", "setns", "setgroups"):
         getattr(libc, name)
@@ -600,14 +604,35 @@ _EPERM, _ENOSYS = 1, 38
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 
 
+_PROGRAMS = {}  # machine -> (program for pid 0, offsets of the pid in it): built once, in the launcher
+
+
 def seccomp_program(machine, me):
     """The filter as bytes of ``struct sock_filter`` (None for an architecture it does not know).
 
-    ``me``: this process's pid, the only target signals may go to."""
+    ``me``: this process's pid, the only target signals may go to. Built once per machine (with
+    ``me`` written into its two comparisons for each call)."""
     import struct
 
     if machine not in _ARCHES:
         return None
+    if machine not in _PROGRAMS:
+        marker = 0xFFFFFFFF  # no pid: pid_t is at most 2**22
+        program = bytearray(_build_program(machine, marker))
+        at = [i + 4 for i in range(0, len(program), 8) if struct.unpack_from("=I", program, i + 4)[0] == marker]
+        for offset in at:
+            struct.pack_into("=I", program, offset, 0)
+        _PROGRAMS[machine] = (bytes(program), tuple(at))
+    template, at = _PROGRAMS[machine]
+    program = bytearray(template)
+    for offset in at:
+        struct.pack_into("=I", program, offset, me)
+    return bytes(program)
+
+
+def _build_program(machine, me):
+    import struct
+
     audit_arch, nr = _ARCHES[machine]
     code = []  # (opcode, jt label or offset, jf label or offset, k)
 
