@@ -14,14 +14,14 @@ same user as the processes' starting uid, so it kills them directly. When the ca
 the socket closes (normal exit, exception, SIGTERM, SIGKILL), the launcher kills every process
 it started and exits; :meth:`Zygote.close` does the same on purpose and reaps the launcher.
 
-A caller that is not real root has a second socket, to the launcher's *user-namespace
-launcher* (``child/boot.py``: ``_userns_launcher``), which forks candidates already inside a
-user namespace made once, each into a PID namespace of its own: the same ``C``/``P``/``X``
-protocol (pids as the caller sees them), after a first ``R <pid>`` once it is ready. If that
-socket closes before ``R`` (real root, or user namespaces refused) every candidate goes to the
-launcher itself, which makes them all in each candidate; if it closes after ``R``, the
-launcher counts as gone (:class:`ZygoteDied`). A job that refuses namespaces or seccomp
-(tests, the layer costs) always goes to the launcher itself.
+A second socket goes to the launcher's *candidate launcher* (``child/boot.py``:
+``_candidate_launcher``), which forks candidates already inside namespaces and a root made once
+(without real root also a user namespace, each candidate in a PID namespace of its own): the
+same ``C``/``P``/``X`` protocol (pids as the caller sees them), after a first ``R <pid>`` once it
+is ready. If that socket closes before ``R`` (what it needs is refused) every candidate goes to
+the launcher itself, which makes them all in each candidate; if it closes after ``R``, the
+launcher counts as gone (:class:`ZygoteDied`). A job that refuses namespaces, the private root
+or seccomp (tests, the layer costs) always goes to the launcher itself.
 """
 
 from __future__ import annotations
@@ -152,12 +152,13 @@ class Zygote:
 
     @property
     def userns_pid(self) -> int | None:
-        """The user-namespace launcher's pid while it serves, else None."""
+        """The candidate launcher's pid while it serves, else None (the name is older: without
+        real root it is the user namespace's launcher)."""
         channel = self._userns
         return channel.ready if channel.alive else None
 
     def _candidate_channel(self, timeout: float) -> _Channel:
-        """Where a candidate that may share the launcher's user namespace is forked."""
+        """Where a candidate that may go to the candidate launcher is forked."""
         channel = self._userns
         with self._cond:
             if not self._cond.wait_for(lambda: channel.ready is not None or not channel.alive, timeout):

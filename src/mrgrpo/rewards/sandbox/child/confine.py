@@ -7,18 +7,22 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``userns`` (not real root): a new user namespace mapping the caller's uid and gid to
   themselves, so the namespaces below need no privilege; every capability is dropped once
   the private root is built.
-* ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, SysV IPC objects and
-  POSIX message queues of its own; ``pidns`` (not real root: the
-  program shares the caller's uid): a private process tree (the program is process 1 of it:
-  no other process can be named, so none can be signalled or traced). Started by the
-  launcher's user-namespace launcher (:func:`~.boot._userns_launcher`), the candidate is
-  already in that user namespace and process 1 of a fresh PID namespace
-  (:func:`_launcher_namespaces`: it only makes its own mount and network namespaces);
-  otherwise it makes all four here, and the process that created the PID namespace stays
+* ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, an IPC namespace that is
+  not the host's; ``pidns`` (not real root: the program shares the caller's uid): a private
+  process tree (the program is process 1 of it: no other process can be named, so none can be
+  signalled or traced). Started by the launcher's candidate launcher
+  (:func:`~.boot._candidate_launcher`), the candidate is already in that launcher's network and
+  IPC namespaces (and, not real root, its user namespace, and process 1 of a fresh PID
+  namespace) and under its prepared root (:func:`prepare_root`): it makes only its own mount
+  namespace and tmpfs (:func:`_launcher_namespaces`); what it shares with other candidates holds
+  nothing it can reach through the seccomp filter, which such a candidate never runs without.
+  Otherwise it makes them all here, and the process that created the PID namespace stays
   outside as a *relay* that only waits and exits as its child did.
-* ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
-  working directory: only the standard library (read-only bind, ``site-packages`` hidden),
-  ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
+* ``chroot``: the candidate launcher's read-only root (the standard library, read-only bind,
+  ``site-packages`` hidden; ``/dev/null``, ``/dev/zero``, ``/dev/urandom``) with a size-capped
+  tmpfs of the run's own on ``/tmp`` holding the working directory ``/tmp/work``; or, for a
+  candidate making its own namespaces, a fresh root with the same content on a size-capped
+  tmpfs mounted over the (private view of the) working directory.
 * ``uid`` (real root, with or without the namespaces; uid 0 of a user namespace that may make
   none, where another uid is mapped in it): a drop to a fresh per-run uid and gid (or a mapped
   one), no groups, no capability in any set (:func:`_drop_root`).
@@ -32,7 +36,8 @@ capability, or is uid 0 where execve could give some back, exits (status 71) ins
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
   other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
-  ``AF_UNIX`` only), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
+  ``AF_UNIX`` only), every call giving a socket an address or reaching one by address
+  (``bind``, ``connect``, ``listen``, ``accept``, ``sendto``, ``sendmsg``), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
   ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory.
 
 Each layer is tried independently: a system that refuses namespaces (Docker's default seccomp
