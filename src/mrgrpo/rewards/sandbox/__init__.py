@@ -84,7 +84,7 @@ from functools import lru_cache
 
 from mrgrpo.errors import IsolationError
 from mrgrpo.rewards.sandbox import processes
-from mrgrpo.rewards.sandbox.cases import build_cases, declared_stubs, free_names
+from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, free_names
 from mrgrpo.rewards.sandbox.null import null_job
 from mrgrpo.rewards.sandbox.results import Job, Limits, Result, Verdict
 
@@ -111,9 +111,9 @@ def _take_uid() -> int:
 
 @lru_cache(maxsize=4096)
 def _tests_code(tests: str, test_format: str) -> tuple[bytes, int, tuple[str, ...]]:
-    source, n_cases = build_cases(tests, test_format)
-    code = compile(source, "<tests>", "exec", dont_inherit=True)
-    return marshal.dumps(code), n_cases, free_names(source)
+    tree, n_cases = build_tree(tests, test_format)  # compiled as a tree: no unparse, no second parse
+    code = compile(tree, "<tests>", "exec", dont_inherit=True)
+    return marshal.dumps(code), n_cases, free_names(tree)
 
 
 @lru_cache(maxsize=4096)

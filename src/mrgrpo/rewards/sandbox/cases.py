@@ -96,6 +96,13 @@ def imported_modules(source: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=4096)
 def _build(tests: str, test_format: str) -> tuple[str, int]:
+    tree, n_cases = build_tree(tests, test_format)
+    return ast.unparse(tree), n_cases
+
+
+def build_tree(tests: str, test_format: str) -> tuple[ast.Module, int]:
+    """:func:`build_cases` as a module AST (locations filled in, ready to compile; a new tree
+    each call) instead of its source."""
     module = ast.parse(tests)
     if test_format == "humaneval":
         checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
@@ -112,7 +119,7 @@ def _build(tests: str, test_format: str) -> tuple[str, int]:
     else:
         raise ValueError(f"unknown test format {test_format!r}; expected 'humaneval' or 'assert'")
     out = ast.Module(prelude + [function], type_ignores=[])
-    return ast.unparse(ast.fix_missing_locations(out)), n_cases
+    return ast.fix_missing_locations(out), n_cases
 
 
 def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]:
@@ -125,9 +132,10 @@ def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]
     return _build(tests, test_format)
 
 
-def free_names(source: str) -> tuple[str, ...]:
-    """Names the code reads but never binds itself (candidates for the program's definitions)."""
-    tree = ast.parse(source)
+def free_names(source: str | ast.AST) -> tuple[str, ...]:
+    """Names the code (source, or its AST) reads but never binds itself (candidates for the
+    program's definitions)."""
+    tree = ast.parse(source) if isinstance(source, str) else source
     loads: list[str] = []
     bound: set[str] = set()
     for node in ast.walk(tree):
