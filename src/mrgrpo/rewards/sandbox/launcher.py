@@ -136,6 +136,8 @@ class Zygote:
             pass
         with self._cond:
             channel.alive = False
+            # discarded candidates of this launcher will not be reported: nothing to wait for
+            self._discarded = {pid for pid in self._discarded if self._owners.get(pid, self._main) is not channel}
             self._cond.notify_all()
 
     @property
