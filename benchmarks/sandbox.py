@@ -14,8 +14,9 @@ make, and the round trip of one call measured on 10,000 calls to an identity fun
 (judge servers are reused from run to run, so the split adds no process per run).
 
 With ``--layers`` it also costs each isolation layer: the same 328 programs with one layer
-refused at a time (namespaces, Landlock, seccomp), throughput against the full set (without
-root, a run that refuses seccomp also makes its user and PID namespaces itself: see
+refused at a time (namespaces, Landlock, seccomp), throughput against the full set (a run that
+refuses namespaces or seccomp cannot go to the candidate launcher, so it also makes its own
+network, IPC and mount namespaces and root, and without root its user and PID namespaces: see
 docs/sandbox.md).
 
 With ``--efficiency`` it measures the efficiency reward's noise instead (see docs/sandbox.md):
@@ -66,7 +67,7 @@ def _own_cpu() -> float:
 
 def _launcher_cpu() -> float:
     """CPU seconds of the sandbox launcher and of every process it has reaped, and of its
-    user-namespace launcher (not root: it forks and reaps the candidates) and those it has reaped."""
+    candidate launcher (it forks and reaps the candidates) and those it has reaped."""
     zygote = sandbox.processes._zygote_instance
     if zygote is None:
         return 0.0

@@ -84,7 +84,7 @@ from functools import lru_cache
 
 from mrgrpo.errors import IsolationError
 from mrgrpo.rewards.sandbox import processes
-from mrgrpo.rewards.sandbox.cases import build_cases, declared_stubs, free_names
+from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, free_names
 from mrgrpo.rewards.sandbox.null import null_job
 from mrgrpo.rewards.sandbox.results import Job, Limits, Result, Verdict
 
@@ -111,9 +111,9 @@ def _take_uid() -> int:
 
 @lru_cache(maxsize=4096)
 def _tests_code(tests: str, test_format: str) -> tuple[bytes, int, tuple[str, ...]]:
-    source, n_cases = build_cases(tests, test_format)
-    code = compile(source, "<tests>", "exec", dont_inherit=True)
-    return marshal.dumps(code), n_cases, free_names(source)
+    tree, n_cases = build_tree(tests, test_format)  # compiled as a tree: no unparse, no second parse
+    code = compile(tree, "<tests>", "exec", dont_inherit=True)
+    return marshal.dumps(code), n_cases, free_names(tree)
 
 
 @lru_cache(maxsize=4096)
@@ -144,7 +144,7 @@ def _payloads(
     """(judge's job, candidate's job, number of cases). Raises ValueError/SyntaxError for bad tests."""
     limits = job.limits
     judge = {
-        "seed": TIMING_SEED if timing else None, "record": bool(record),
+        "seed": TIMING_SEED if timing else None, "record": bool(record), "settle": bool(timing),
         "mode": "none", "context": None, "declared": (), "tests": b"", "names": (), "n_cases": 0,
         "entry_point": job.entry_point or "", "stdio_cases": [], "value_cap": int(limits.reply_bytes),
         "decode_cpu_ns": int(limits.decode_cpu_s * 1e9), "decode_items": int(limits.decode_items),
@@ -216,21 +216,35 @@ def run(job: Job, launcher: bool = True, require_isolation: bool = False, allow_
 
 
 def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bool | None, timing: bool = False,
-         record: bool = False) -> Result:
+         record: bool = False, reap: bool = True) -> Result:
     minimum = _minimum(require_isolation, allow_unisolated)
     limits = job.limits
     uid = _take_uid()
-    workdir = tempfile.mkdtemp(prefix="mrgrpo-sbx-")
+    shared = not {"namespaces", "chroot", "seccomp"} & _refused_layers
+    stdlib = processes._interpreter()[1]
+    # A candidate of the candidate launcher works in a tmpfs of its own and never sees a directory
+    # of the caller's: none is made for it (its job names none, ""; processes.NeedsWorkdir if it
+    # cannot go there after all).
+    workdir = "" if launcher and shared and processes.candidate_launcher_ready(stdlib) else None
     try:
-        os.chmod(workdir, 0o700)
-        try:
-            judge, candidate, n_cases = _payloads(job, workdir, uid, minimum, timing, record)
-        except (ValueError, SyntaxError) as error:
-            return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
-        result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher,
-                                   shared_userns=not {"namespaces", "seccomp"} & set(candidate["refuse"]))
+        while True:
+            if workdir is None:
+                workdir = tempfile.mkdtemp(prefix="mrgrpo-sbx-")
+                os.chmod(workdir, 0o700)
+            try:
+                judge, candidate, n_cases = _payloads(job, workdir, uid, minimum, timing, record)
+            except (ValueError, SyntaxError) as error:
+                return Result(Verdict.ERROR, error_type=f"TestsInvalid: {error}"[:200])
+            try:
+                result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher,
+                                           shared_userns=shared, reap=reap or timing, stdlib=stdlib,
+                                           has_workdir=bool(workdir))
+                break
+            except processes.NeedsWorkdir:
+                workdir = None
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
         with _uids_lock:
             _uids_in_use.discard(uid)
     if result.error_type == "IsolationUnavailable":
@@ -360,6 +374,7 @@ def run_alone(jobs: Sequence[Job], repeats: int = 1, launcher: bool = True, reco
     (``Result.record``, for :func:`null_job`). ``require_isolation`` / ``allow_unisolated``: as
     for :func:`run`."""
     with _gate.alone():
+        processes.settle()  # no candidate of an earlier batch still ending
         return [[_run(job, launcher, require_isolation, allow_unisolated, timing=True, record=record)
                  for _ in range(max(1, int(repeats)))] for job in jobs]
 
@@ -414,7 +429,9 @@ def run_many(
                 return None
             state["running"] += 1
         try:
-            return run(job, launcher, require_isolation, allow_unisolated)
+            # candidates whose judge finished are not waited for one by one (settled below)
+            with _gate.shared():
+                return _run(job, launcher, require_isolation, allow_unisolated, reap=False)
         finally:
             with state_lock:
                 state["running"] -= 1
@@ -442,6 +459,7 @@ def run_many(
     finally:
         if bar is not None:
             bar.close()
+        processes.settle()  # every candidate of the batch reaped before it returns
     pool.shutdown(wait=True)
     return results  # type: ignore[return-value]
 

@@ -53,33 +53,44 @@ def _has_own_yield(statement: ast.stmt) -> bool:
     return False
 
 
+def _at(node: ast.AST, where: dict) -> ast.AST:
+    """``node`` (new, not parsed) given the location ``where``; returned."""
+    for name, value in where.items():
+        setattr(node, name, value)
+    return node
+
+
 def _wrap(statement: ast.stmt) -> ast.stmt:
-    return ast.Try(
+    # the new nodes take the statement's location (so no walk of the whole tree fills them in)
+    w = {k: getattr(statement, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
+    return _at(ast.Try(
         body=[statement],
         handlers=[
-            ast.ExceptHandler(
-                type=ast.Name("BaseException", ast.Load()),
+            _at(ast.ExceptHandler(
+                type=_at(ast.Name("BaseException", ast.Load()), w),
                 name=_ERROR_NAME,
-                body=[ast.Expr(ast.Yield(ast.Name(_ERROR_NAME, ast.Load())))],
-            )
+                body=[_at(ast.Expr(_at(ast.Yield(_at(ast.Name(_ERROR_NAME, ast.Load()), w)), w)), w)],
+            ), w)
         ],
-        orelse=[ast.Expr(ast.Yield(ast.Constant(None)))],
+        orelse=[_at(ast.Expr(_at(ast.Yield(_at(ast.Constant(None), w)), w)), w)],
         finalbody=[],
-    )
+    ), w)
 
 
 def _cases_function(body: list[ast.stmt], parameter: str) -> tuple[ast.FunctionDef, int]:
     if any(_has_own_yield(s) for s in body):
         raise ValueError("test bodies that yield cannot be split into cases")
     n_cases = sum(_is_case(s) for s in body)
+    first = body[0] if body else None
+    w = {k: getattr(first, k, default) for k, default in (("lineno", 1), ("col_offset", 0), ("end_lineno", 1), ("end_col_offset", 0))}
     if n_cases == 0:  # no assert at the top: the whole body is one case
-        body = [ast.If(ast.Constant(True), body, [])]
+        body = [_at(ast.If(_at(ast.Constant(True), w), body, []), w)]
         n_cases = 1
     new_body = [_wrap(s) if _is_case(s) else s for s in body]
     arguments = ast.arguments(
-        posonlyargs=[], args=[ast.arg(parameter)], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+        posonlyargs=[], args=[_at(ast.arg(parameter), w)], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
     )
-    function = ast.FunctionDef(CASES_FUNCTION, arguments, new_body, [], None)
+    function = _at(ast.FunctionDef(CASES_FUNCTION, arguments, new_body, [], None), w)
     return function, n_cases
 
 
@@ -96,6 +107,13 @@ def imported_modules(source: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=4096)
 def _build(tests: str, test_format: str) -> tuple[str, int]:
+    tree, n_cases = build_tree(tests, test_format)
+    return ast.unparse(tree), n_cases
+
+
+def build_tree(tests: str, test_format: str) -> tuple[ast.Module, int]:
+    """:func:`build_cases` as a module AST (every new node given the location of the statement
+    it wraps, ready to compile; a new tree each call) instead of its source."""
     module = ast.parse(tests)
     if test_format == "humaneval":
         checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
@@ -111,8 +129,7 @@ def _build(tests: str, test_format: str) -> tuple[str, int]:
         function, n_cases = _cases_function(list(module.body), "candidate")
     else:
         raise ValueError(f"unknown test format {test_format!r}; expected 'humaneval' or 'assert'")
-    out = ast.Module(prelude + [function], type_ignores=[])
-    return ast.unparse(ast.fix_missing_locations(out)), n_cases
+    return ast.Module(prelude + [function], type_ignores=[]), n_cases  # every new node located
 
 
 def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]:
@@ -125,9 +142,10 @@ def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]
     return _build(tests, test_format)
 
 
-def free_names(source: str) -> tuple[str, ...]:
-    """Names the code reads but never binds itself (candidates for the program's definitions)."""
-    tree = ast.parse(source)
+def free_names(source: str | ast.AST) -> tuple[str, ...]:
+    """Names the code (source, or its AST) reads but never binds itself (candidates for the
+    program's definitions)."""
+    tree = ast.parse(source) if isinstance(source, str) else source
     loads: list[str] = []
     bound: set[str] = set()
     for node in ast.walk(tree):

@@ -14,14 +14,14 @@ same user as the processes' starting uid, so it kills them directly. When the ca
 the socket closes (normal exit, exception, SIGTERM, SIGKILL), the launcher kills every process
 it started and exits; :meth:`Zygote.close` does the same on purpose and reaps the launcher.
 
-A caller that is not real root has a second socket, to the launcher's *user-namespace
-launcher* (``child/boot.py``: ``_userns_launcher``), which forks candidates already inside a
-user namespace made once, each into a PID namespace of its own: the same ``C``/``P``/``X``
-protocol (pids as the caller sees them), after a first ``R <pid>`` once it is ready. If that
-socket closes before ``R`` (real root, or user namespaces refused) every candidate goes to the
-launcher itself, which makes them all in each candidate; if it closes after ``R``, the
-launcher counts as gone (:class:`ZygoteDied`). A job that refuses namespaces or seccomp
-(tests, the layer costs) always goes to the launcher itself.
+A second socket goes to the launcher's *candidate launcher* (``child/boot.py``:
+``_candidate_launcher``), which forks candidates already inside namespaces and a root made once
+(without real root also a user namespace, each candidate in a PID namespace of its own): the
+same ``C``/``P``/``X`` protocol (pids as the caller sees them), after a first ``R <pid>`` once it
+is ready. If that socket closes before ``R`` (what it needs is refused) every candidate goes to
+the launcher itself, which makes them all in each candidate; if it closes after ``R``, the
+launcher counts as gone (:class:`ZygoteDied`). A job that refuses namespaces, the private root
+or seccomp (tests, the layer costs) always goes to the launcher itself.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ STUB_PREFIX = (
 )
 _STUB = STUB_PREFIX + (
     "posix.close(0); posix.open('/dev/null', posix.O_RDONLY)\n"
-    "g['_zygote'](int(sys.argv[1]), int(sys.argv[2]))\n"
+    "g['_zygote'](int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])\n"
 )
 
 
@@ -73,13 +73,14 @@ class _Channel:
 class Zygote:
     """One launcher process and the bookkeeping of its children (thread-safe)."""
 
-    def __init__(self, executable: str, env: dict, boot_code: bytes):
+    def __init__(self, executable: str, env: dict, boot_code: bytes, stdlib: str):
         self.owner = os.getpid()
+        self.stdlib = stdlib  # the candidate launcher's prepared root holds this standard library
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         userns_ours, userns_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = subprocess.Popen(
-                [executable, "-I", "-S", "-c", _STUB, str(theirs.fileno()), str(userns_theirs.fileno())],
+                [executable, "-I", "-S", "-c", _STUB, str(theirs.fileno()), str(userns_theirs.fileno()), stdlib],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -103,6 +104,7 @@ class Zygote:
         self._cond = threading.Condition()
         self.idle_judges: list[tuple[int, socket.socket]] = []  # judge servers between runs
         self._exits: dict[int, int] = {}
+        self._discarded: set[int] = set()  # killed, their exit not waited for (:meth:`discard`)
         self._owners: dict[int, _Channel] = {}  # candidates of the user-namespace launcher
         for channel, name in ((self._main, "mrgrpo-zygote-reader"), (self._userns, "mrgrpo-zygote-userns-reader")):
             threading.Thread(target=self._reader, args=(channel,), name=name, daemon=True).start()
@@ -122,7 +124,11 @@ class Zygote:
                         if len(words) == 2 and words[0] == b"P" and int(words[1]) > 1:
                             channel.spawned.append(int(words[1]))
                         elif len(words) == 3 and words[0] == b"X":
-                            self._exits[int(words[1])] = int(words[2])
+                            if int(words[1]) in self._discarded:
+                                self._discarded.discard(int(words[1]))
+                                self._owners.pop(int(words[1]), None)
+                            else:
+                                self._exits[int(words[1])] = int(words[2])
                         elif len(words) == 2 and words[0] == b"R" and channel is self._userns and int(words[1]) > 1:
                             channel.ready = int(words[1])
                     self._cond.notify_all()
@@ -130,6 +136,8 @@ class Zygote:
             pass
         with self._cond:
             channel.alive = False
+            # discarded candidates of this launcher will not be reported: nothing to wait for
+            self._discarded = {pid for pid in self._discarded if self._owners.get(pid, self._main) is not channel}
             self._cond.notify_all()
 
     @property
@@ -146,12 +154,13 @@ class Zygote:
 
     @property
     def userns_pid(self) -> int | None:
-        """The user-namespace launcher's pid while it serves, else None."""
+        """The candidate launcher's pid while it serves, else None (the name is older: without
+        real root it is the user namespace's launcher)."""
         channel = self._userns
         return channel.ready if channel.alive else None
 
     def _candidate_channel(self, timeout: float) -> _Channel:
-        """Where a candidate that may share the launcher's user namespace is forked."""
+        """Where a candidate that may go to the candidate launcher is forked."""
         channel = self._userns
         with self._cond:
             if not self._cond.wait_for(lambda: channel.ready is not None or not channel.alive, timeout):
@@ -162,14 +171,18 @@ class Zygote:
                 raise ZygoteDied("sandbox user-namespace launcher is gone")
         return self._main  # none (real root, or user namespaces refused): the launcher makes them per run
 
-    def spawn(self, kind: bytes, fds: Sequence[int], timeout: float = 30.0, userns: bool = False) -> int:
+    def spawn(self, kind: bytes, fds: Sequence[int], timeout: float = 30.0, userns: bool = False,
+              required: bool = False) -> int:
         """Fork a candidate (``C``, its five pipe ends) or a judge server (``K``, its socket); the
-        pid. ``userns``: a candidate that may be forked in the launcher's user namespace."""
+        pid. ``userns``: a candidate that may be forked by the candidate launcher; ``required``:
+        only there (:class:`ZygoteDied` if it is not serving)."""
         with self._send_lock:
             with self._cond:
                 if not self.alive:
                     raise ZygoteDied("sandbox launcher is gone")
             channel = self._candidate_channel(timeout) if kind == b"C" and userns else self._main
+            if required and channel is not self._userns:
+                raise ZygoteDied("sandbox candidate launcher is not serving")
             try:
                 socket.send_fds(channel.sock, [kind], list(fds))
             except OSError as error:
@@ -194,6 +207,19 @@ class Zygote:
                 raise ZygoteDied("sandbox launcher is gone")
             self._owners.pop(pid, None)
             return os.waitstatus_to_exitcode(self._exits.pop(pid))
+
+    def discard(self, pid: int) -> None:
+        """``pid`` (killed) is not waited for: its exit status is dropped when it comes."""
+        with self._cond:
+            if self._exits.pop(pid, None) is None:
+                self._discarded.add(pid)
+            else:
+                self._owners.pop(pid, None)
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until every discarded process has been reaped (or the launcher is gone)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._discarded or not self.alive, timeout)
 
     def forget(self) -> None:
         """In a forked copy of the caller: close this copy's sockets, leave the launcher alone."""

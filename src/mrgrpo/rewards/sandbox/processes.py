@@ -58,7 +58,7 @@ def _zygote() -> Zygote | None:
         if _zygote_deaths >= _MAX_ZYGOTE_DEATHS:
             return None
         try:
-            _zygote_instance = Zygote(_interpreter()[0], _ENV, bootstrap_code())
+            _zygote_instance = Zygote(_interpreter()[0], _ENV, bootstrap_code(), _interpreter()[1])
         except OSError:
             _zygote_deaths = _MAX_ZYGOTE_DEATHS
             return None
@@ -126,7 +126,8 @@ class _DirectPair:
         except subprocess.TimeoutExpired:
             return None
 
-    def end(self, pids: tuple[int, int], judge_done: bool, status_wanted: bool = False) -> int | None:
+    def end(self, pids: tuple[int, int], judge_done: bool, status_wanted: bool = False,
+            reap: bool = True) -> int | None:
         judge_pid, candidate_pid = pids
         returncode = self.wait(candidate_pid, _EXIT_GRACE_S) if status_wanted else None
         _kill(candidate_pid)
@@ -143,9 +144,10 @@ class _DirectPair:
 class _ZygotePair:
     """A judge server (reused from run to run) and a candidate forked by the launcher."""
 
-    def __init__(self, zygote: Zygote, userns: bool):
+    def __init__(self, zygote: Zygote, userns: bool, required: bool = False):
         self.zygote = zygote
-        self.userns = userns  # the candidate may be forked in the launcher's user namespace
+        self.userns = userns  # the candidate may be forked by the candidate launcher
+        self.required = required  # ... and only there
         self.judge: tuple[int, socket.socket] | None = None
 
     def _judge(self) -> tuple[int, socket.socket]:
@@ -175,7 +177,7 @@ class _ZygotePair:
                     raise ZygoteDied("sandbox judge servers keep failing") from None
         self.judge = (pid, sock)
         try:
-            candidate = self.zygote.spawn(b"C", candidate_fds, userns=self.userns)
+            candidate = self.zygote.spawn(b"C", candidate_fds, userns=self.userns, required=self.required)
         except BaseException:
             self.end_judge(ok=False)
             raise
@@ -193,11 +195,16 @@ class _ZygotePair:
         _kill(pid)
         self.zygote.wait(pid, 5.0)
 
-    def end(self, pids: tuple[int, int], judge_done: bool, status_wanted: bool = False) -> int | None:
+    def end(self, pids: tuple[int, int], judge_done: bool, status_wanted: bool = False,
+            reap: bool = True) -> int | None:
         judge_pid, candidate_pid = pids
         returncode = self.zygote.wait(candidate_pid, _EXIT_GRACE_S) if status_wanted else None
         _kill(candidate_pid)
-        if returncode is None:
+        if returncode is None and not reap:
+            # Killed, its exit not waited for: the launcher reaps it while the next run starts
+            # (the teardown of its namespaces takes a millisecond or more); see :func:`settle`.
+            self.zygote.discard(candidate_pid)
+        elif returncode is None:
             returncode = self.zygote.wait(candidate_pid, 5.0)
         self.end_judge(judge_done)
         return returncode
@@ -239,7 +246,21 @@ def _kill_all_live() -> None:
         _kill(pid)
 
 
-def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -> Result:
+def settle(timeout: float = 5.0) -> None:
+    """Wait (up to ``timeout``) until every candidate killed without waiting for its exit has been
+    reaped: :func:`execute` with ``reap=False`` leaves them to the launcher."""
+    z = _zygote_instance
+    if z is not None and z.alive:
+        z.settle(timeout)
+
+
+def _private_root(reports: list[str]) -> bool:
+    """The judge's ``iso`` line (the layers the candidate reported before any untrusted code ran)
+    names a private root: then nothing the candidate wrote outlives its mount namespace."""
+    return bool(reports) and reports[0].startswith("iso ") and "chroot" in reports[0][4:].split(",")
+
+
+def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, reap: bool = True) -> Result:
     # judge: stdin, report (sockets: see the module's docstring); candidate: stdin, stdout,
     # stderr; judge->candidate, candidate->judge (pipes only the two processes hold)
     j_in, report = (tuple(reversed([s.detach() for s in socket.socketpair()])) for _ in range(2))
@@ -275,25 +296,49 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits) -
         # the judge has spoken (or failed): the candidate's part is over
         # how the candidate ended matters when the judge says it ended early (a crash, a limit)
         status_wanted = bool(got and got[4] and got[0] and got[0][-1].startswith(("error", "case")))
-        returncode = pair.end(pids, judge_done=got is not None and got[4], status_wanted=status_wanted or bool(
-            got and got[4] and any(line.endswith("CandidateGone") for line in got[0])))
+        status_wanted = status_wanted or bool(got and got[4] and any(line.endswith("CandidateGone") for line in got[0]))
+        # The judge is done and the candidate had a private root: its exit status says nothing the
+        # report does not, so it is killed and not waited for.
+        returncode = pair.end(pids, judge_done=got is not None and got[4], status_wanted=status_wanted,
+                              reap=reap or not (got and got[4] and _private_root(got[0])))
         with _live_lock:
             _live.difference_update(pids)
     reports, stdout, stderr, killed_for, _ = got
     return parse_report(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
 
 
+class NeedsWorkdir(Exception):
+    """A job made without a working directory cannot go to the candidate launcher after all."""
+
+
+def candidate_launcher_ready(stdlib: str) -> bool:
+    """The launcher's candidate launcher is serving, with ``stdlib`` in its prepared root."""
+    z = _zygote_instance
+    return z is not None and z.alive and z.owner == os.getpid() and z.stdlib == stdlib and z.userns_pid is not None
+
+
 def execute(stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, launcher: bool,
-            shared_userns: bool = True) -> Result:
+            shared_userns: bool = True, reap: bool = True, stdlib: str | None = None,
+            has_workdir: bool = True) -> Result:
     """One run: the judge's and the candidate's framed jobs -> the judged :class:`Result`.
-    ``shared_userns``: the candidate may be forked in the launcher's user namespace (False when
-    its job refuses namespaces or seccomp, which that launcher's candidates cannot do without)."""
+    ``shared_userns``: the candidate may be forked by the candidate launcher, in its namespaces
+    and under its prepared root (False when its job refuses namespaces, chroot or seccomp, which
+    that launcher's candidates cannot do without); ``stdlib``: the job's standard library, which
+    must be the one in that root. ``has_workdir`` False: the job names no working directory, so it
+    runs only there (:class:`NeedsWorkdir` otherwise).
+    ``reap``: wait for the candidate's exit; otherwise (a batch: :func:`settle` at its end), a
+    candidate with a private root whose judge finished is killed and left to the launcher to reap."""
     zygote = _zygote() if launcher else None
     if zygote is not None:
+        shared = shared_userns and stdlib == zygote.stdlib
+        if not has_workdir and not (shared and zygote.userns_pid is not None):
+            raise NeedsWorkdir
         try:
-            return _run_pair(_ZygotePair(zygote, shared_userns), stdins, n_cases, limits)
+            return _run_pair(_ZygotePair(zygote, shared, required=not has_workdir), stdins, n_cases, limits, reap)
         except ZygoteDied:
             _drop_zygote(zygote)
+    if not has_workdir:
+        raise NeedsWorkdir
     boot = bootstrap_code()
     return _run_pair(_DirectPair(), tuple(b"%010d" % len(boot) + boot + s for s in stdins), n_cases, limits)
 
@@ -308,12 +353,11 @@ def _prefill(fd: int, data: bytes) -> bytes:
 
 
 def _collect(pids, fds, owned, stdins, limits, started):
-    """Feed both stdins, gather output and the judge's report until the judge is done (then a
-    short grace for the candidate's last output) or the deadline; kills on timeout/output."""
+    """Feed both stdins, gather output and the judge's report until the judge is done (then what
+    the candidate's pipes already hold) or the deadline; kills on timeout/output."""
     judge_pid, candidate_pid = pids
     j_in, report_fd, c_in, out_fd, err_fd = fds
     deadline = started + limits.wall_s
-    grace_end = deadline
     selector = selectors.DefaultSelector()
     buffers = {out_fd: bytearray(), err_fd: bytearray(), report_fd: bytearray()}
     for fd in buffers:
@@ -336,9 +380,7 @@ def _collect(pids, fds, owned, stdins, limits, started):
             if now >= deadline:
                 killed_for = "timeout"
                 break
-            if report_fd not in open_reads and now >= grace_end:
-                break
-            for key, _ in selector.select(min(deadline, grace_end) - now):
+            for key, _ in selector.select(deadline - now):
                 fd = key.fd
                 if fd in pending:
                     try:
@@ -361,7 +403,12 @@ def _collect(pids, fds, owned, stdins, limits, started):
                     selector.unregister(fd)
                     open_reads.discard(fd)
                     if fd == report_fd:
-                        grace_end = min(deadline, time.monotonic() + 0.5)
+                        # The judge is done. The candidate wrote its output before each reply
+                        # (it flushes first), so what it printed is in its pipes now: take that
+                        # and stop, without waiting for the candidate to exit.
+                        total, killed_for = _drain(open_reads - {report_fd}, buffers, total, limits)
+                        open_reads.clear()
+                        break
                     continue
                 keep = buffers[fd]
                 if fd == report_fd:
@@ -389,6 +436,25 @@ def _collect(pids, fds, owned, stdins, limits, started):
         killed_for,
         judge_done,
     )
+
+
+def _drain(fds, buffers, total, limits):
+    """Read what is already in the output pipes ``fds`` (non-blocking); ``(total, killed_for)``."""
+    for fd in fds:
+        keep = buffers[fd]
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not chunk:
+                break
+            total += len(chunk)
+            if len(keep) < limits.output_bytes:
+                keep += chunk[: limits.output_bytes - len(keep)]
+            if total > limits.kill_output_bytes:
+                return total, "output"
+    return total, None
 
 
 _LAST = ("done", "error", "invalid")  # the judge's last line of a run it finished

@@ -97,7 +97,10 @@ class Result:
             it precomputes at import counts); ``None`` if it did not load (stdio: ``None``).
         cpu_time: CPU seconds the program used from loading to its last reply (its work between
             calls included), counted by the kernel and read by the judge; ``None`` where the
-            judge cannot read ``/proc`` or the tests did not finish. Efficiency uses it.
+            judge cannot read ``/proc`` or the tests did not finish. Efficiency uses it, from
+            timing runs (:func:`~mrgrpo.rewards.sandbox.run_alone`), whose judge waits until the
+            program is off the CPU before each reading; in other runs it may miss the program's
+            last slice on the CPU (under a scheduler tick).
         wall_time: seconds from spawn to exit, as seen by the caller.
         stdout, stderr: the program's captured output, each capped at ``Limits.output_bytes``.
         returncode: the candidate's exit status (negative: killed by that signal).

@@ -59,7 +59,7 @@ _PRELOAD = (  # common in tests and programs; binascii/zlib/_ctypes need shared 
 )
 
 
-def _zygote(control_fd, userns_fd=-1):
+def _zygote(control_fd, userns_fd=-1, stdlib=None):
     """A launcher: a fresh interpreter that preloads common modules, then forks the two
     processes of each run from that pristine, secret-free state.
 
@@ -69,9 +69,10 @@ def _zygote(control_fd, userns_fd=-1):
     fork, ``X <pid> <wait status>`` per exit. When the control socket closes (the caller
     ended, however it ended), it kills every process it started and exits.
 
-    ``userns_fd``: the control socket of the user-namespace launcher (:func:`_userns_launcher`),
-    started here from the same preloaded state unless this is real root or the system refuses
-    user namespaces (then that socket just closes and the caller sends every candidate here).
+    ``userns_fd``: the control socket of the candidate launcher (:func:`_candidate_launcher`),
+    started here from the same preloaded state with ``stdlib`` (the standard library's path) for
+    its prepared root, unless the system refuses what it needs (then that socket just closes
+    and the caller sends every candidate here).
     """
     import gc
     import importlib
@@ -84,15 +85,16 @@ def _zygote(control_fd, userns_fd=-1):
         except ImportError:
             pass
     _harden(pdeathsig=False)
+    confine.warm()
     _exceptions(sys.modules["builtins"].__dict__)
     gc.collect()
     gc.freeze()  # forked children do not copy the preloaded heap's pages by collecting it
     live = set()
     if userns_fd >= 0:
-        if not confine._real_root():
+        if stdlib:
             pid = posix.fork()
             if pid == 0:
-                _userns_launcher(userns_fd, control_fd)
+                _candidate_launcher(userns_fd, control_fd, stdlib)
             live.add(pid)
         posix.close(userns_fd)
     _serve(control_fd, live, _fork_role)
@@ -191,30 +193,34 @@ def _serve(control_fd, live, fork):
 _CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
 
 
-def _userns_launcher(control_fd, other_fd):
-    """The launcher of candidates for a caller that is not real root (forked by :func:`_zygote`).
+def _candidate_launcher(control_fd, other_fd, stdlib):
+    """The launcher of candidates (forked by :func:`_zygote`): the namespaces and the root that
+    every candidate would otherwise make for itself, made once.
 
-    Making a user namespace and a PID namespace, and the fork and relay a PID namespace needs,
-    cost about a millisecond of CPU a run; here they are made once. This process unshares a user
-    namespace (mapping the caller's uid and gid to themselves) and a PID namespace and forks
-    the launcher proper, process 1 of that PID namespace, then stays outside as its relay.
-    The launcher proper forks each candidate into a PID namespace of its own
-    (``unshare(CLONE_NEWPID)`` before the fork, ``setns`` back to its own after it: a PID
-    namespace made inside the user namespace it owns), so the candidate is process 1 there,
-    with one fork and no relay; the candidate then makes its own mount and network namespaces
-    and private root and drops every capability (:func:`~.confine.confine`). Candidates share
-    the user namespace and nothing else: no candidate can name another process (each is alone
-    in its PID namespace), none holds a capability there, and each has its own mounts, network
-    and working directory.
+    Not real root, this process first unshares a user namespace (mapping the caller's uid and
+    gid to themselves) and a PID namespace and forks the launcher proper, process 1 of that PID
+    namespace, then stays outside as its relay; the launcher proper forks each candidate into a
+    PID namespace of its own (``unshare(CLONE_NEWPID)`` before the fork, ``setns`` back to its
+    own after it), so the candidate is process 1 there, with one fork and no relay. As real
+    root there is neither (each candidate drops to a fresh uid of its own instead).
 
-    Candidates of one user namespace share its keyrings, which only the seccomp filter (it
-    refuses the key calls) keeps out of reach: so this launcher starts only where a child of it
-    can install that filter, the caller sends it no job that refuses seccomp, and its
-    candidates never run without it.
+    Then, once: a network namespace with no interface but a loopback that stays down, an IPC
+    namespace, and a mount namespace whose root is the candidates' prepared root
+    (:func:`~.confine.prepare_root`: the standard library read-only, three devices, an empty
+    ``/tmp``). Each candidate makes only its own mount namespace (a copy of those few mounts)
+    with its own size-capped tmpfs on ``/tmp``, its working directory in it, and drops every
+    capability (:func:`~.confine.confine`). Candidates share the network and IPC namespaces
+    (and, not root, the user namespace) and nothing in them: each is alone in its PID namespace
+    or has a uid of its own, none holds a capability, and the seccomp filter refuses every call
+    through which they could meet there (any socket but an ``AF_UNIX`` pair, any socket address,
+    SysV IPC and POSIX message queues, the key calls of a user namespace's keyrings). So this
+    launcher starts only where a child of it can install that filter and make a candidate's
+    namespace and tmpfs, the caller sends it no job that refuses namespaces, chroot or seccomp,
+    and its candidates never run without the filter.
 
     Same protocol as :func:`_zygote` on its own socket (``C`` only), the pids reported as the
-    caller sees them; first ``R <pid>`` once ready. If the namespaces or seccomp are refused, it
-    exits and the socket closes: the caller then sends its candidates to :func:`_zygote`.
+    caller sees them; first ``R <pid>`` once ready. If anything above is refused, it exits and
+    the socket closes: the caller then sends its candidates to :func:`_zygote`.
     """
     import posix
 
@@ -224,32 +230,41 @@ def _userns_launcher(control_fd, other_fd):
         posix.setsid()
         _harden(pdeathsig=True)
         libc = confine._c()[1]
-        uid, gid = posix.geteuid(), posix.getegid()
-        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
-            posix._exit(0)
-        # /proc/self/*_map of a non-dumpable process belong to root: dumpable while writing them
-        libc.prctl(confine._PR_SET_DUMPABLE, 1, 0, 0, 0)
-        try:
-            confine._write("/proc/self/setgroups", "deny")
-            confine._write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
-            confine._write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
-        finally:
-            _harden(pdeathsig=True)
-        child = posix.fork()
-        if child:
-            confine._relay(child)
-        _harden(pdeathsig=True)  # ends with its relay (and everything in its PID namespace with it)
-        if not _seccomp_works():
-            posix._exit(0)  # before R: the caller sends its candidates to the launcher itself
-        confine.IN_LAUNCHER_USERNS = True
-        own = posix.open("/proc/self/ns/pid", posix.O_RDONLY | posix.O_CLOEXEC)
+        real_root = confine._real_root()
+        own = proc = None
+        if not real_root:
+            uid, gid = posix.geteuid(), posix.getegid()
+            if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
+                posix._exit(0)
+            # /proc/self/*_map of a non-dumpable process belong to root: dumpable while writing them
+            libc.prctl(confine._PR_SET_DUMPABLE, 1, 0, 0, 0)
+            try:
+                confine._write("/proc/self/setgroups", "deny")
+                confine._write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
+                confine._write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
+            finally:
+                _harden(pdeathsig=True)
+            child = posix.fork()
+            if child:
+                confine._relay(child)
+            _harden(pdeathsig=True)  # ends with its relay (and everything in its PID namespace with it)
+            own = posix.open("/proc/self/ns/pid", posix.O_RDONLY | posix.O_CLOEXEC)
+            # the caller's /proc, kept for the pids of the candidates as the caller sees them
+            proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
         me = int(posix.readlink("/proc/self"))  # as the caller sees it (the caller's /proc)
+        if libc.unshare(confine._CLONE_NEWNS | confine._CLONE_NEWNET | confine._CLONE_NEWIPC) != 0:
+            posix._exit(0)
+        if not confine.prepare_root(stdlib):
+            posix._exit(0)
+        confine.IN_LAUNCHER, confine.LAUNCHER_REAL_ROOT = True, real_root
+        if not _candidate_works():
+            posix._exit(0)  # before R: the caller sends its candidates to the launcher itself
         posix.write(control_fd, b"R %d\n" % me)
 
         def fork(message, fds, control, wake_r, wake_w):
             if (message[:1], len(fds)) != (b"C", 5):
                 return None
-            if libc.unshare(_CLONE_NEWPID) != 0:  # never fork a candidate into this PID namespace
+            if not real_root and libc.unshare(_CLONE_NEWPID) != 0:  # never fork a candidate into this PID namespace
                 return False
             try:
                 pid = posix.fork()
@@ -257,11 +272,13 @@ def _userns_launcher(control_fd, other_fd):
                 pid = -1
             if pid == 0:
                 _zygote_child("candidate", fds, control, wake_r, wake_w)
+            if real_root:
+                return False if pid < 0 else (pid, pid)
             if libc.setns(own, _CLONE_NEWPID) != 0:  # the next candidate's PID namespace: not this one's
                 posix._exit(71)
             if pid < 0:
                 return False
-            host = _caller_pid(pid)
+            host = _caller_pid(pid, proc)
             if host is None:
                 try:
                     posix.kill(pid, 9)
@@ -277,14 +294,19 @@ def _userns_launcher(control_fd, other_fd):
     posix._exit(code)
 
 
-def _seccomp_works():
-    """Whether a child of this process can install the candidates' seccomp filter."""
+def _candidate_works():
+    """Whether a child of the candidate launcher can make a candidate's mount namespace and tmpfs
+    and install the candidates' seccomp filter."""
     import posix
 
     pid = posix.fork()
     if pid == 0:
         try:
-            posix._exit(0 if confine._seccomp() else 1)
+            _, libc, _ = confine._c()
+            ok = libc.unshare(confine._CLONE_NEWNS) == 0 and libc.mount(
+                b"tmpfs", confine._LAUNCHER_TMP.encode(), b"tmpfs", confine._MS_NOSUID | confine._MS_NODEV,
+                b"size=64k,mode=1777") == 0
+            posix._exit(0 if ok and confine._seccomp() else 1)
         finally:
             posix._exit(1)
     while True:
@@ -296,9 +318,9 @@ def _seccomp_works():
             return False
 
 
-def _caller_pid(pid):
+def _caller_pid(pid, proc):
     """The pid of this process's child ``pid`` as the caller knows it (through a pidfd's fdinfo in
-    the caller's /proc), or None."""
+    the caller's /proc, ``proc`` an fd of it), or None."""
     import posix
 
     try:
@@ -306,7 +328,7 @@ def _caller_pid(pid):
     except (AttributeError, OSError):
         return None
     try:
-        info = posix.open("/proc/self/fdinfo/%d" % fd, posix.O_RDONLY)
+        info = posix.open("self/fdinfo/%d" % fd, posix.O_RDONLY, dir_fd=proc)
         try:
             text = posix.read(info, 4096)
         finally:
@@ -330,7 +352,9 @@ def _zygote_child(role, fds, control, wake_r, wake_w):
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # the C module's signal(): the wrapper's enum conversion of the old handler costs ~0.1 ms here
+        c_signal = sys.modules["_signal"]
+        c_signal.signal(c_signal.SIGCHLD, c_signal.SIG_DFL)
         for fd in (control.detach(), wake_r, wake_w):
             posix.close(fd)
         posix.setsid()

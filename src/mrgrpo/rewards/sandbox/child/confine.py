@@ -7,18 +7,22 @@ layers this system allows and returns their names (``Result.isolation``):
 * ``userns`` (not real root): a new user namespace mapping the caller's uid and gid to
   themselves, so the namespaces below need no privilege; every capability is dropped once
   the private root is built.
-* ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, SysV IPC objects and
-  POSIX message queues of its own; ``pidns`` (not real root: the
-  program shares the caller's uid): a private process tree (the program is process 1 of it:
-  no other process can be named, so none can be signalled or traced). Started by the
-  launcher's user-namespace launcher (:func:`~.boot._userns_launcher`), the candidate is
-  already in that user namespace and process 1 of a fresh PID namespace
-  (:func:`_launcher_namespaces`: it only makes its own mount and network namespaces);
-  otherwise it makes all four here, and the process that created the PID namespace stays
+* ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, an IPC namespace that is
+  not the host's; ``pidns`` (not real root: the program shares the caller's uid): a private
+  process tree (the program is process 1 of it: no other process can be named, so none can be
+  signalled or traced). Started by the launcher's candidate launcher
+  (:func:`~.boot._candidate_launcher`), the candidate is already in that launcher's network and
+  IPC namespaces (and, not real root, its user namespace, and process 1 of a fresh PID
+  namespace) and under its prepared root (:func:`prepare_root`): it makes only its own mount
+  namespace and tmpfs (:func:`_launcher_namespaces`); what it shares with other candidates holds
+  nothing it can reach through the seccomp filter, which such a candidate never runs without.
+  Otherwise it makes them all here, and the process that created the PID namespace stays
   outside as a *relay* that only waits and exits as its child did.
-* ``chroot``: a fresh root on a size-capped tmpfs mounted over the (private view of the)
-  working directory: only the standard library (read-only bind, ``site-packages`` hidden),
-  ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and the working directory ``/tmp/work``.
+* ``chroot``: the candidate launcher's read-only root (the standard library, read-only bind,
+  ``site-packages`` hidden; ``/dev/null``, ``/dev/zero``, ``/dev/urandom``) with a size-capped
+  tmpfs of the run's own on ``/tmp`` holding the working directory ``/tmp/work``; or, for a
+  candidate making its own namespaces, a fresh root with the same content on a size-capped
+  tmpfs mounted over the (private view of the) working directory.
 * ``uid`` (real root, with or without the namespaces; uid 0 of a user namespace that may make
   none, where another uid is mapped in it): a drop to a fresh per-run uid and gid (or a mapped
   one), no groups, no capability in any set (:func:`_drop_root`).
@@ -32,7 +36,8 @@ capability, or is uid 0 where execve could give some back, exits (status 71) ins
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
   other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
-  ``AF_UNIX`` only), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
+  ``AF_UNIX`` only), every call giving a socket an address or reaching one by address
+  (``bind``, ``connect``, ``listen``, ``accept``, ``sendto``, ``sendmsg``), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
   ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory.
 
 Each layer is tried independently: a system that refuses namespaces (Docker's default seccomp
@@ -57,21 +62,49 @@ _PR_GET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 39, 47, 4
 # no ambient ones
 _SECUREBITS = 0x01 | 0x02 | 0x08 | 0x20 | 0x40 | 0x80
 
-#: True in the processes of the launcher's user namespace (:func:`~.boot._userns_launcher` sets
-#: it): a candidate forked there is already in that user namespace, with its capabilities, and is
-#: process 1 of a PID namespace made for it alone. Such a candidate never runs without the
-#: seccomp filter (:func:`confine`).
-IN_LAUNCHER_USERNS = False
+#: True in the candidate launcher and the candidates it forks (:func:`~.boot._candidate_launcher`
+#: sets it): a candidate forked there is already in the launcher's network and IPC namespaces and
+#: under its prepared root (:func:`prepare_root`), with its capabilities; not real root, it is
+#: also in the launcher's user namespace and process 1 of a PID namespace made for it alone.
+#: Such a candidate never runs without the seccomp filter (:func:`confine`), which is what keeps
+#: the namespaces it shares with other candidates empty of anything they could meet in.
+IN_LAUNCHER = False
+#: In the candidate launcher: whether it is real root (then it made no user namespace).
+LAUNCHER_REAL_ROOT = False
+#: Where each candidate of the candidate launcher gets its own size-capped tmpfs.
+_LAUNCHER_TMP = "/tmp"
+
+
+_CTYPES = []
 
 
 def _c():
-    """``(libc, syscall)`` through ctypes (loaded before any untrusted code; errno kept)."""
-    import ctypes
+    """``(ctypes, libc, syscall)`` through ctypes (errno kept). Made once, in the launcher, before
+    it forks anything (:func:`warm`): a candidate's setup then creates no ctypes type and opens no
+    library, and none of this is reached by untrusted code before it is used."""
+    if not _CTYPES:
+        import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    syscall = libc.syscall
-    syscall.restype = ctypes.c_long
-    return ctypes, libc, syscall
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+
+        class Fprog(ctypes.Structure):  # struct sock_fprog
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        _CTYPES[:] = [ctypes, libc, syscall, Fprog]
+    return tuple(_CTYPES[:3])
+
+
+def warm():
+    """In the launcher: the ctypes objects and C functions a candidate's setup uses, resolved once,
+    and the seccomp filter's program (:func:`seccomp_program`)."""
+    import posix
+
+    seccomp_program(posix.uname().machine, 1)
+    _, libc, _ = _c()
+    for name in ("prctl", "unshare", "mount", "umount2", "chroot", "capget", "capset", "setns", "setgroups"):
+        getattr(libc, name)
 
 
 def _real_root():
@@ -131,20 +164,78 @@ def _namespaces(job, layers):
     return real_root
 
 
-def _launcher_namespaces(layers):
-    """The candidate of the launcher's user namespace: process 1 of a fresh PID namespace (checked:
-    never run in one shared with any other process); its own mount and network namespaces.
-    Raises OSError (still in ``userns`` and ``pidns``, which ``layers`` then names) when refused."""
+def _launcher_namespaces(job, layers):
+    """A candidate of the candidate launcher: its own mount namespace (a copy of the launcher's
+    few mounts) with its own size-capped tmpfs on ``/tmp`` holding its working directory; the
+    launcher's network and IPC namespaces (and, not real root, its user namespace, and process 1
+    of a fresh PID namespace: checked, never run in one shared with any other process). Returns
+    the working directory. Any failure ends the process (status 71): the launcher checked at its
+    start that a candidate can do all this."""
     import posix
 
-    if posix.getpid() != 1:
-        posix._exit(71)
     _, libc, _ = _c()
-    layers.append("userns")
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC) != 0:
-        layers.append("pidns")
-        raise OSError("unshare refused")
-    layers += ["netns", "mountns", "ipcns", "pidns"]
+    if not LAUNCHER_REAL_ROOT:
+        if posix.getpid() != 1:
+            posix._exit(71)
+        layers.append("userns")
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        posix._exit(71)
+    options = b"size=%dk,mode=1777" % (job["tmpfs_kb"],)
+    if libc.mount(b"tmpfs", _LAUNCHER_TMP.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+        posix._exit(71)
+    workdir = _LAUNCHER_TMP + "/work"
+    posix.mkdir(workdir, 0o700)
+    if LAUNCHER_REAL_ROOT:
+        posix.chown(workdir, job["uid"], job["uid"])
+    layers += ["netns", "mountns", "ipcns"] + ([] if LAUNCHER_REAL_ROOT else ["pidns"]) + ["chroot"]
+    return workdir
+
+
+def prepare_root(stdlib):
+    """In the candidate launcher, once (already in mount, network and IPC namespaces of its own):
+    the candidates' root, on a small tmpfs made read-only once built: the standard library
+    (read-only bind, ``site-packages`` hidden), ``/dev/null``, ``/dev/zero``, ``/dev/urandom``,
+    and an empty ``/tmp`` on which each candidate mounts a tmpfs of its own. The launcher moves
+    into it (``pivot_root``, the old root detached, so a candidate's mount namespace copies only
+    these few mounts; ``chroot`` where ``pivot_root`` is refused). False where any step fails
+    (then the launcher serves no candidate)."""
+    import posix
+
+    _, libc, syscall = _c()
+    top = None
+    for candidate in ("/tmp", "/mnt", "/opt", "/var", "/srv", "/home"):
+        try:
+            if posix.stat(candidate).st_mode & 0o170000 == 0o040000 and not (
+                    stdlib == candidate or stdlib.startswith(candidate + "/")):
+                top = candidate
+                break
+        except OSError:
+            continue
+    if top is None:
+        return False
+    try:
+        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            return False
+        if libc.mount(b"tmpfs", top.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1024k,mode=755") != 0:
+            return False
+        _populate({"stdlib": stdlib}, libc, top, False, launcher=True)
+        posix.mkdir(top + "/.old", 0o700)
+        posix.chdir(top)
+        number = {"x86_64": 155, "aarch64": 41}.get(posix.uname().machine)
+        if number is not None and syscall(number, b".", b".old") == 0:
+            posix.chdir("/")
+            if libc.umount2(b"/.old", 2) != 0:  # MNT_DETACH
+                return False
+            posix.rmdir("/.old")
+        else:
+            posix.rmdir(".old")
+            if libc.chroot(b".") != 0:
+                return False
+            posix.chdir("/")
+        flags = _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+        return libc.mount(None, b"/", None, flags, None) == 0
+    except OSError:
+        return False
 
 
 def _relay(child):
@@ -205,7 +296,10 @@ def _new_root(job, real_root):
         raise
 
 
-def _populate(job, libc, root, real_root):
+def _populate(job, libc, root, real_root, launcher=False):
+    """The private root's content under ``root``; ``launcher``: the candidate launcher's shared
+    root (:func:`prepare_root`): an empty ``/tmp`` (each candidate mounts its own there), no
+    working directory, no chroot."""
     import posix
 
     def makedirs(path, mode=0o755):
@@ -239,6 +333,9 @@ def _populate(job, libc, root, real_root):
     for device in ("/dev/null", "/dev/zero", "/dev/urandom"):
         posix.close(posix.open(root + device, posix.O_CREAT | posix.O_WRONLY, 0o644))
         bind(device, root + device, readonly=False)
+    if launcher:
+        makedirs(root + _LAUNCHER_TMP)
+        return None
     makedirs(root + "/tmp", 0o1777)
     posix.chmod(root + "/tmp", 0o1777)
     posix.mkdir(root + _PRIVATE_WORKDIR, 0o700)
@@ -476,6 +573,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 246, 320, 175, 313, 176, 169, 163, 141, 203, 144,
               142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168),
         ipc=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245),
+        net=(49, 42, 50, 43, 288, 44, 46, 307),
     )),
     "aarch64": (0xC00000B7, dict(
         kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, prlimit64=261,
@@ -485,6 +583,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 104, 294, 105, 273, 106, 142, 89, 140, 122, 119,
               118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225),
         ipc=(194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187, 180, 181, 182, 183, 184, 185),
+        net=(200, 203, 201, 202, 242, 206, 211, 269),
     )),
 }
 # deny (x86_64 names): ptrace, process_vm_readv/writev, pidfd_send_signal/open/getfd, unshare, setns,
@@ -497,19 +596,48 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # semtimedop), message queues (msgget, msgsnd, msgrcv, msgctl) and POSIX message queues (mq_open,
 # mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr): state that would outlive a
 # candidate and be seen by the next one where there is no IPC namespace of its own.
+# net: bind, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg. With socket() refused,
+# the only sockets are socketpair(AF_UNIX) ends, connected to each other; a socket is reached by
+# another process only through an address (connect, or sendto/sendmsg naming it), and gets one only
+# through bind or autobind (bind, connect, sendto/sendmsg with an address, or a write with
+# SO_PASSCRED, which names it but leaves it connected to its own peer). With these refused, no
+# socket a candidate holds can meet another process's: candidates may share a network namespace
+# (:func:`~.boot._candidate_launcher`), and none reaches the host's abstract unix sockets where
+# there is no network namespace of its own.
 _RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 
 
+_PROGRAMS = {}  # machine -> (program for pid 0, offsets of the pid in it): built once, in the launcher
+
+
 def seccomp_program(machine, me):
     """The filter as bytes of ``struct sock_filter`` (None for an architecture it does not know).
 
-    ``me``: this process's pid, the only target signals may go to."""
+    ``me``: this process's pid, the only target signals may go to. Built once per machine (with
+    ``me`` written into its two comparisons for each call)."""
     import struct
 
     if machine not in _ARCHES:
         return None
+    if machine not in _PROGRAMS:
+        marker = 0xFFFFFFFF  # no pid: pid_t is at most 2**22
+        program = bytearray(_build_program(machine, marker))
+        at = [i + 4 for i in range(0, len(program), 8) if struct.unpack_from("=I", program, i + 4)[0] == marker]
+        for offset in at:
+            struct.pack_into("=I", program, offset, 0)
+        _PROGRAMS[machine] = (bytes(program), tuple(at))
+    template, at = _PROGRAMS[machine]
+    program = bytearray(template)
+    for offset in at:
+        struct.pack_into("=I", program, offset, me)
+    return bytes(program)
+
+
+def _build_program(machine, me):
+    import struct
+
     audit_arch, nr = _ARCHES[machine]
     code = []  # (opcode, jt label or offset, jf label or offset, k)
 
@@ -532,7 +660,7 @@ def seccomp_program(machine, me):
     code.append((0x35, "eperm", 0, 0x40000000))  # JGE: x32 and other ABIs
     for number in nr["hot"]:  # the most frequent calls, none of them refused: decided first
         jeq(number, "allow")
-    for number in nr["deny"] + nr["ipc"]:
+    for number in nr["deny"] + nr["ipc"] + nr["net"]:
         jeq(number, "eperm")
     for name in ("clone", "fork", "vfork", "execve", "execveat", "socket"):
         if nr[name] is not None:
@@ -595,11 +723,7 @@ def _seccomp():
     if program is None:
         return False
     buffer = ctypes.create_string_buffer(program, len(program))
-
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fprog = Fprog(len(program) // 8, ctypes.addressof(buffer))
+    fprog = _CTYPES[3](len(program) // 8, ctypes.addressof(buffer))
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return False
     return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
@@ -640,19 +764,16 @@ def confine(job):
     workdir = job["workdir"]
     real_root = False
     namespaced = False
-    if IN_LAUNCHER_USERNS:  # the caller sends a job that refuses namespaces to the launcher itself
-        try:
-            _launcher_namespaces(layers)
-            namespaced = True
-        except OSError:
-            pass
+    if IN_LAUNCHER:  # the caller sends a job that refuses namespaces, chroot or seccomp to the launcher itself
+        workdir = _launcher_namespaces(job, layers)
+        real_root, namespaced = LAUNCHER_REAL_ROOT, True
     elif "namespaces" not in refuse:
         try:
             real_root = _namespaces(job, layers)
             namespaced = True
         except OSError:
             layers = []
-    if namespaced and "chroot" not in refuse:
+    if namespaced and not IN_LAUNCHER and "chroot" not in refuse:
         try:
             workdir = _new_root(job, real_root)
             layers.append("chroot")
@@ -663,7 +784,7 @@ def confine(job):
     # or uid 0 of a rootless container's user namespace, keeps uid 0 and its capabilities
     # otherwise): dropped below, after Landlock's rules are made from paths only root may walk.
     # Real root gets the run's fresh uid; uid 0 of a user namespace another uid mapped there.
-    root = real_root or (not namespaced and not IN_LAUNCHER_USERNS and posix.geteuid() == 0)
+    root = real_root or (not namespaced and posix.geteuid() == 0)
     ids, groups_fixed = None, False
     if root:
         if real_root or _real_root():
@@ -671,7 +792,7 @@ def confine(job):
         else:
             ids, groups_fixed = _mapped_ids(job["uid"]), _setgroups_denied()
     limit(job, init="pidns" in layers)
-    if not root and (namespaced or IN_LAUNCHER_USERNS):
+    if not root and namespaced:
         _drop_capabilities(user_namespace="userns" in layers)
     if "landlock" not in refuse:
         try:
@@ -684,11 +805,12 @@ def confine(job):
         layers.insert(layers.index("landlock") if "landlock" in layers else len(layers), drop)
     if "seccomp" not in refuse and _seccomp():
         layers.append("seccomp")
-    elif IN_LAUNCHER_USERNS:
-        # Candidates of the launcher's user namespace share its keyrings: only seccomp (which
-        # refuses the key calls) keeps them apart, so none runs without it. Never reached in
-        # practice: that launcher starts only where its probe installed the filter, and the
-        # caller sends it no job that refuses seccomp.
+    elif IN_LAUNCHER:
+        # Candidates of the candidate launcher share its network and IPC namespaces (and, not
+        # root, its user namespace's keyrings): only seccomp (which refuses every socket but an
+        # AF_UNIX pair, any address, SysV IPC, mqueues and the key calls) keeps them apart, so
+        # none runs without it. Never reached in practice: that launcher starts only where its
+        # probe installed the filter, and the caller sends it no job that refuses seccomp.
         posix._exit(71)
     if not _capabilities_gone():
         # Not uid 0 and not namespaced, yet holding capabilities (ambient or file ones given to

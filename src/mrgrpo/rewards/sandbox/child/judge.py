@@ -72,8 +72,9 @@ class _Link:
         """Untimed round trips before the timed part (the program is not loaded yet: only the
         sandbox's own server code answers them): the candidate's first wake-ups after its setup
         wait out its scheduling debt here, not inside a timed request. Then ``cpu`` (a
-        :class:`_CpuClock`) starts."""
-        for _ in range(2):
+        :class:`_CpuClock`) starts. Only in timing runs (``cpu.settle``): elsewhere the times are
+        reported, not scored, and the two round trips are saved."""
+        for _ in range(2 if cpu.settle else 0):
             if self.request(b"P") != (b"O", b"N"):
                 self.gone = "protocol error"
                 raise CandidateGone("the candidate broke the protocol")
@@ -178,43 +179,70 @@ class _Link:
         return value
 
 
+_OPEN = []  # fds of this run's _CpuClock
+
+
+def _close_clock():
+    import posix
+
+    while _OPEN:
+        try:
+            posix.close(_OPEN.pop())
+        except OSError:
+            pass
+
+
 class _CpuClock:
     """CPU time (ns) the candidate's program has used since this clock started, as the kernel
     counts it (``/proc/<pid>/schedstat``): unaffected by what else the machine runs, and by
     nothing the program does. ``pid``: the candidate's process as the caller started it; the
-    program runs in its child when it is the relay of a PID namespace. Each reading waits
-    (up to 50 ms) until the program is not on a CPU, so that the count is current; ``used()``
-    is -1 where ``/proc`` cannot be read."""
+    program runs in its child when it is the relay of a PID namespace. With ``settle`` (timing
+    runs) each reading waits (up to 50 ms) until the program is not on a CPU, so that the count
+    is current; otherwise it reads at once (the count may then miss the program's current
+    slice, under a scheduler tick). ``used()`` is -1 where ``/proc`` cannot be read."""
 
-    def __init__(self, pid):
+    def __init__(self, pid, settle=True):
+        import posix
         import time
 
+        self.settle = settle
         self.clock = time.monotonic_ns
         target = pid
         try:
-            with open("/proc/%d/task/%d/children" % (pid, pid)) as handle:
-                children = handle.read().split()
+            fd = posix.open("/proc/%d/task/%d/children" % (pid, pid), posix.O_RDONLY | posix.O_CLOEXEC)
+            try:
+                children = posix.read(fd, 4096).split()
+            finally:
+                posix.close(fd)
             if children:
                 target = int(children[0])
         except (OSError, ValueError):
             pass
-        self.stat = "/proc/%d/stat" % target
-        self.schedstat = "/proc/%d/schedstat" % target
+        # held open for the run and read again with pread (a fraction of an open per reading);
+        # closed by the judge server after the run (_OPEN)
+        self.stat = self.schedstat = None
+        try:
+            self.stat = posix.open("/proc/%d/stat" % target, posix.O_RDONLY | posix.O_CLOEXEC)
+            _OPEN.append(self.stat)
+            self.schedstat = posix.open("/proc/%d/schedstat" % target, posix.O_RDONLY | posix.O_CLOEXEC)
+            _OPEN.append(self.schedstat)
+        except OSError:
+            pass
         self.start = None
 
     def read(self):
         import posix
 
+        if self.schedstat is None:
+            return None
         deadline = self.clock() + 50_000_000
         try:
-            while True:
-                with open(self.stat) as handle:
-                    state = handle.read().rsplit(")", 1)[1].split()[0]
-                if state != "R" or self.clock() > deadline:
+            while self.settle:
+                state = posix.pread(self.stat, 4096, 0).rsplit(b")", 1)[1].split()[0]
+                if state != b"R" or self.clock() > deadline:
                     break
                 posix.sched_yield()
-            with open(self.schedstat) as handle:
-                return int(handle.read().split()[0])
+            return int(posix.pread(self.schedstat, 4096, 0).split()[0])
         except (OSError, ValueError, IndexError):
             return None
 
@@ -293,7 +321,7 @@ def _judge_main(read):
         link.record = ([], [])
     if job.get("seed") is not None:
         _seed(job["seed"])
-    link.cpu = _CpuClock(candidate_pid)
+    link.cpu = _CpuClock(candidate_pid, settle=bool(job.get("settle")))
     try:
         link.warm(link.cpu)
     except BaseException as error:
@@ -468,6 +496,7 @@ def _judge_server(control_fd, read):
                 _judge_main(read)
             except BaseException:
                 pass
+            _close_clock()
             if "random" in sys.modules:  # a timing run's seed does not carry over to the next run
                 _seed(None)
             for target in (0, 3, 4, 5):  # the run is over for the caller and the candidate now
