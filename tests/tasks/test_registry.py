@@ -172,6 +172,23 @@ def test_bfcl_values_in_request_keeps_only_items_whose_required_values_the_reque
         assert sorted(r["id"] for r in kept) == sorted(r["id"] for r in rows if values_in_request(r))
 
 
+def test_bfcl_compact_listing_names_every_function_on_one_line_and_asks_for_the_same_format():
+    full = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False}, size=4, few_shot=1), "train")
+    compact = get_task("bfcl").rows(TaskSpec("bfcl", {"think": False, "tools_in_prompt": "compact"}, size=4, few_shot=1), "train")
+    for long, short in zip(full, compact):
+        assert long["prompt"][1:] == short["prompt"][1:]  # only the listing changes
+        listed = short["prompt"][0]["content"].split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
+        schemas = [json.loads(line) for line in long["prompt"][0]["content"].split("<tools>\n")[1].split("\n</tools>")[0].splitlines()]
+        assert len(listed) == len(schemas)
+        for line, schema in zip(listed, schemas):
+            params = ", ".join(f"{k}: {v['type']}" for k, v in schema["parameters"]["properties"].items())
+            assert line.startswith(f"{schema['name']}({params}) - ")
+        assert long["prompt"][0]["content"].split("</tools>")[1] == short["prompt"][0]["content"].split("</tools>")[1]
+        assert len(short["prompt"][0]["content"]) < len(long["prompt"][0]["content"])
+    with pytest.raises(ConfigError, match="tools_in_prompt must be full or compact"):
+        get_task("bfcl").rows(TaskSpec("bfcl", {"tools_in_prompt": "none"}), "train")
+
+
 def test_qa_task_reads_a_jsonl_file_with_a_seeded_holdout(tmp_path):
     from mrgrpo.data.reasoning_tasks import load_reasoning_gym
 

@@ -44,6 +44,7 @@ from mrgrpo.rewards.agentdojo_runtime import (
     passes_when_idle,
     task_suite,
 )
+from mrgrpo.rewards.tool_call import compact_signatures
 
 # ----------------------------------------------------------------------------- tools
 
@@ -68,18 +69,6 @@ def tool_schemas(name: str, version: str = DEFAULT_VERSION) -> list[dict[str, An
     """The suite's tools in the chat template ``tools`` format (same as AgentDojo's
     ``openai_llm._function_to_openai``); a fresh list each call."""
     return json.loads(_tool_schemas_json(name, version))
-
-
-def compact_signatures(schemas: Sequence[Mapping[str, Any]]) -> str:
-    """One line per tool, ``name(param: type, ...) - first line of its description`` (short prompts)."""
-    lines = []
-    for schema in schemas:
-        f = schema.get("function", schema)
-        props = (f.get("parameters") or {}).get("properties") or {}
-        params = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
-        description = (f.get("description") or "").strip().splitlines()
-        lines.append(f"{f['name']}({params})" + (f" - {description[0]}" if description else ""))
-    return "\n".join(lines)
 
 
 def agent_instruction(schemas: Sequence[Mapping[str, Any]], tools_in_prompt: str = "full") -> str:

@@ -69,9 +69,10 @@ _TYPES: dict[str, type] = {
 _STRING_NOISE = re.compile(r"[ ,./\-_*^]")
 
 
-def instruction(functions: Sequence[Mapping[str, Any]], think: bool = True) -> str:
-    """The system message: the function schemas and the completion format to answer in."""
-    schemas = "\n".join(json.dumps(f, ensure_ascii=False) for f in functions)
+def instruction(functions: Sequence[Mapping[str, Any]], think: bool = True, listing: str | None = None) -> str:
+    """The system message: the function schemas (or ``listing``, another rendering of them) and the
+    completion format to answer in."""
+    schemas = listing if listing is not None else "\n".join(json.dumps(f, ensure_ascii=False) for f in functions)
     steps = "First think briefly inside <think></think>. Then write" if think else "Write"
     return (
         "You can call the following functions:\n<tools>\n" + schemas + "\n</tools>\n"
@@ -79,6 +80,18 @@ def instruction(functions: Sequence[Mapping[str, Any]], think: bool = True) -> s
         'for example <tool_call>[{"name": "function_name", "arguments": {"parameter": "value"}}]</tool_call>. '
         "Give every call the request needs."
     )
+
+
+def compact_signatures(schemas: Sequence[Mapping[str, Any]]) -> str:
+    """One line per tool, ``name(param: type, ...) - first line of its description`` (short prompts)."""
+    lines = []
+    for schema in schemas:
+        f = schema.get("function", schema)
+        props = (f.get("parameters") or {}).get("properties") or {}
+        params = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
+        description = (f.get("description") or "").strip().splitlines()
+        lines.append(f"{f['name']}({params})" + (f" - {description[0]}" if description else ""))
+    return "\n".join(lines)
 
 
 def format_calls(calls: Sequence[Call], think: str | None = "I will call the functions.") -> str:

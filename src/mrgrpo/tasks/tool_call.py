@@ -14,7 +14,9 @@ in every prompt, so a short one keeps every prompt short. Train and eval are shu
 categories with ``seed``; ``size``/``eval_size`` keep the first rows.
 
 A worked example is a user turn and the assistant's reference calls in the requested format; its
-functions are listed in the system message with the item's own.
+functions are listed in the system message with the item's own (``tools_in_prompt``: as JSON
+schemas, or ``compact``, one line per function, ``name(param: type, ...) - description``: about
+half the tokens, without the parameters' descriptions).
 
 ``skeleton`` (a scaffold for small policies, off by default): every user turn, the worked
 examples' included, ends with the call to make, its function names and parameter names given
@@ -33,7 +35,7 @@ import re
 from typing import Any
 
 from mrgrpo.errors import ConfigError
-from mrgrpo.rewards.tool_call import format_calls, instruction, reference_calls
+from mrgrpo.rewards.tool_call import compact_signatures, format_calls, instruction, reference_calls
 from mrgrpo.tasks.base import Option, Task, TaskSpec
 from mrgrpo.tasks.registry import register_task
 
@@ -51,6 +53,7 @@ class BFCLTask(Task):
         "data_dir": Option(None, "a directory with BFCL_v*_<category>.json files (default: the bfcl-eval package)"),
         "skeleton": Option(False, "each request ends with the call to make, values as <type> placeholders (a scaffold for small models)"),
         "values_in_request": Option(False, "keep only items whose every required value is written in the request (an easier subset)"),
+        "tools_in_prompt": Option("full", "full (JSON schemas) | compact (one line per function: name(param: type, ...) - description)"),
     }
     ground_truth = "ground_truth"
     eval_metric = "all_exact"
@@ -65,6 +68,8 @@ class BFCLTask(Task):
 
         from mrgrpo.data.bfcl import bfcl_records
 
+        if options["tools_in_prompt"] not in ("full", "compact"):
+            raise ConfigError(f"task bfcl: tools_in_prompt must be full or compact, got {options['tools_in_prompt']!r}")
         categories = options["categories"]
         if isinstance(categories, str):
             categories = [categories]
@@ -95,7 +100,8 @@ class BFCLTask(Task):
     @staticmethod
     def _with_examples(row: dict[str, Any], examples: list[dict[str, Any]], options: dict[str, Any], spec: TaskSpec) -> dict[str, Any]:
         skeleton = bool(options["skeleton"])
-        if not examples and spec.system_prompt is None and not skeleton:
+        compact = options["tools_in_prompt"] == "compact"
+        if not examples and spec.system_prompt is None and not skeleton and not compact:
             return row
         functions = json.loads(row["functions"])
         names = {f["name"] for f in functions}
@@ -110,7 +116,7 @@ class BFCLTask(Task):
                 _user_turn(example, skeleton),
                 {"role": "assistant", "content": format_calls(calls, "I will call the function." if options["think"] else None)},
             ]
-        system = instruction(listed, bool(options["think"]))
+        system = instruction(listed, bool(options["think"]), compact_signatures(listed) if compact else None)
         if skeleton:
             system += " " + SKELETON_INSTRUCTION
         if spec.system_prompt:
