@@ -52,7 +52,9 @@ SCRIPT = textwrap.dedent(
         while len(sandbox.processes._live) < 4:  # two runs (judge + candidate each) in flight
             time.sleep(0.01)
         announced.extend(sorted(sandbox.processes._live))
-        print(json.dumps(sorted(sandbox.processes._live_pids())), flush=True)
+        zygote = sandbox.processes._zygote_instance
+        print(json.dumps({"pids": sorted(sandbox.processes._live_pids()),
+                          "candidate_launcher": zygote is not None and zygote.userns_pid is not None}), flush=True)
         if mode.endswith("exception"):
             sys.stdin.readline()  # the test has seen every process alive
             os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt, caught below: the process goes on
@@ -89,8 +91,11 @@ def start(mode: str):
     if not line:
         proc.kill()
         pytest.fail("the script printed nothing: " + proc.stderr.read()[-2000:])
-    pids = json.loads(line)
-    assert len(pids) == 5 and all(alive(p) for p in pids)  # the launcher + two judges + two candidates
+    started = json.loads(line)
+    pids = started["pids"]
+    # the launcher, two judges and two candidates, and the candidate launcher that forks the
+    # candidates wherever the system lets it make namespaces
+    assert len(pids) == 5 + started["candidate_launcher"] and all(alive(p) for p in pids)
     try:
         proc.stdin.write("go\n")  # the exception modes interrupt themselves only now
         proc.stdin.flush()

@@ -20,11 +20,11 @@ half the tokens, without the parameters' descriptions).
 
 ``skeleton`` (a scaffold for small policies, off by default): every user turn, the worked
 examples' included, ends with the call to make, its function names and parameter names given
-and each value a ``<type>`` placeholder (:func:`call_skeleton`), and the instruction asks for that
-call with its values filled in from the request. It gives function selection and the parameter
-names away (``function_name`` and ``parameter_names`` then measure copying), so what is left to
-learn is the values (``parameter_values``, ``all_exact``); SmolLM2-135M writes no correct call
-without it (docs/tasks.md).
+and each value a ``<type>`` placeholder, quoted only for strings (:func:`call_skeleton`), and the
+instruction asks for that call with its values filled in from the request. It gives function
+selection and the parameter names away (``function_name`` and ``parameter_names`` then measure
+copying them into a valid block), so what is left to learn is the values (``parameter_values``,
+``all_exact``); SmolLM2-135M writes no correct call without it (docs/tasks.md).
 """
 
 from __future__ import annotations
