@@ -72,7 +72,7 @@ def _launcher_cpu() -> float:
     if zygote is None:
         return 0.0
     total = 0.0
-    for pid in (zygote.pid, zygote.userns_pid):
+    for pid in (zygote.pid, zygote.candidate_launcher_pid):
         if pid is None:
             continue
         with open(f"/proc/{pid}/stat") as handle:

@@ -493,7 +493,7 @@ def test_the_caller_survives_and_nothing_is_left_behind():
     if zygote is not None:  # left: the launcher, its idle judge servers and its candidate
         # launcher (without root under that one's relay), nothing else
         judges = {pid for pid, _ in zygote.idle_judges}
-        userns = set() if zygote.userns_pid is None else {zygote.userns_pid}
+        userns = set() if zygote.candidate_launcher_pid is None else {zygote.candidate_launcher_pid}
         assert sandbox.processes._live_pids() == {zygote.pid} | judges | userns
         children = {int(c) for c in open(f"/proc/{zygote.pid}/task/{zygote.pid}/children").read().split()}
         relays = children - judges

@@ -54,7 +54,7 @@ SCRIPT = textwrap.dedent(
         announced.extend(sorted(sandbox.processes._live))
         zygote = sandbox.processes._zygote_instance
         print(json.dumps({"pids": sorted(sandbox.processes._live_pids()),
-                          "candidate_launcher": zygote is not None and zygote.userns_pid is not None}), flush=True)
+                          "candidate_launcher": zygote is not None and zygote.candidate_launcher_pid is not None}), flush=True)
         if mode.endswith("exception"):
             sys.stdin.readline()  # the test has seen every process alive
             os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt, caught below: the process goes on

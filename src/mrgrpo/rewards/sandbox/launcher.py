@@ -153,9 +153,8 @@ class Zygote:
         return self._proc.pid
 
     @property
-    def userns_pid(self) -> int | None:
-        """The candidate launcher's pid while it serves, else None (the name is older: without
-        real root it is the user namespace's launcher)."""
+    def candidate_launcher_pid(self) -> int | None:
+        """The candidate launcher's pid while it serves, else None."""
         channel = self._userns
         return channel.ready if channel.alive else None
 

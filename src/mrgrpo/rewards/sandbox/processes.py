@@ -226,8 +226,8 @@ def _live_pids() -> set[int]:
     if z is not None and z.alive:
         pids.add(z.pid)
         pids.update(pid for pid, _ in list(z.idle_judges))
-        if z.userns_pid is not None:
-            pids.add(z.userns_pid)
+        if z.candidate_launcher_pid is not None:
+            pids.add(z.candidate_launcher_pid)
     return pids
 
 
@@ -314,7 +314,8 @@ class NeedsWorkdir(Exception):
 def candidate_launcher_ready(stdlib: str) -> bool:
     """The launcher's candidate launcher is serving, with ``stdlib`` in its prepared root."""
     z = _zygote_instance
-    return z is not None and z.alive and z.owner == os.getpid() and z.stdlib == stdlib and z.userns_pid is not None
+    return (z is not None and z.alive and z.owner == os.getpid() and z.stdlib == stdlib
+            and z.candidate_launcher_pid is not None)
 
 
 def execute(stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, launcher: bool,
@@ -331,7 +332,7 @@ def execute(stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, launcher:
     zygote = _zygote() if launcher else None
     if zygote is not None:
         shared = shared_userns and stdlib == zygote.stdlib
-        if not has_workdir and not (shared and zygote.userns_pid is not None):
+        if not has_workdir and not (shared and zygote.candidate_launcher_pid is not None):
             raise NeedsWorkdir
         try:
             return _run_pair(_ZygotePair(zygote, shared, required=not has_workdir), stdins, n_cases, limits, reap)
