@@ -416,6 +416,7 @@ def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0)  # checked with the rest (_capabilities_gone)
     changed, own_gid = False, posix.getgid()
+    parent = posix.getppid()  # alive: its death signal, armed until the uid changes, would have ended us
     if ids is not None:
         uid, gid = ids
         try:
@@ -424,6 +425,11 @@ def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
             posix.setgid(gid)
             posix.setuid(uid)
             changed = True
+            # the credential change cleared the death signal: armed again, and a parent that died
+            # in between is seen (else a candidate would outlive the launcher that forked it)
+            libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+            if posix.getppid() != parent:
+                posix._exit(70)
         except OSError:
             if posix.getuid() != 0 or posix.geteuid() != 0:
                 posix._exit(71)  # half-changed: never reached (the uid change is one call)
