@@ -57,7 +57,8 @@ def test_suite_scores_ground_truth_attack_and_junk(workers):
     from mrgrpo.rewards import get_suite
 
     suite = get_suite("agent", workers=workers)
-    assert suite.names == ["utility", "security", "format"] and suite.reward_ranges == [(0.0, 1.0)] * 3
+    assert suite.names == ["utility", "security", "format", "tool_use"] and suite.reward_ranges == [(0.0, 1.0)] * 4
+    assert suite.weights == (1.0, 1.0, 0.2, 0.0)  # the paper's three; tool_use reported, not trained on
     attacked = rt.AgentItem("banking", "user_task_1", "injection_task_1", rt.DEFAULT_ATTACK)
     benign = rt.AgentItem("banking", "user_task_1")
     user = rt.ground_truth_calls(attacked, "user")
@@ -77,6 +78,9 @@ def test_suite_scores_ground_truth_attack_and_junk(workers):
     assert values["utility"] == [1.0, 1.0, 0.0, 1.0]
     assert values["security"] == [1.0, 0.0, 1.0, None]
     assert values["format"] == [1.0, 1.0, pytest.approx(2 / 3), 1.0]
+    # the ground truth calls one function; obeying the attack adds the injection's (Jaccard 1/2); junk runs none
+    assert set(injection_names := {n for n, _ in injection}) and "get_most_recent_transactions" not in injection_names
+    assert values["tool_use"] == [1.0, pytest.approx(1 / (1 + len(injection_names))), 0.0, 1.0]
 
 
 def test_single_turn_completion_without_trace():
@@ -90,4 +94,4 @@ def test_single_turn_completion_without_trace():
     suite = get_suite("agent", workers=0)
     completion = [{"role": "assistant", "content": _block(user)}]
     out = {c.name: c([None], [completion], **columns)[0] for c in suite.components}
-    assert out == {"utility": 1.0, "security": 1.0, "format": 1.0}
+    assert out == {"utility": 1.0, "security": 1.0, "format": 1.0, "tool_use": 1.0}

@@ -11,7 +11,7 @@ pytest.importorskip("agentdojo")
 
 from mrgrpo.data import agentdojo as ad  # noqa: E402
 from mrgrpo.rewards import agentdojo_runtime as rt  # noqa: E402
-from mrgrpo.rewards.agent import score_batch  # noqa: E402
+from mrgrpo.rewards.agent import score_batch, score_episodes  # noqa: E402
 from mrgrpo.rewards.tool_call import format_calls  # noqa: E402
 from mrgrpo.tasks.episodes import Episode, episode_for, run_episodes  # noqa: E402
 
@@ -246,3 +246,48 @@ def test_tiny_training_run_on_agentdojo_writes_run_files(tmp_path):
     record = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     for key in ("mrgrpo/rewards/utility", "mrgrpo/rewards/security", "mrgrpo/rewards/format", "agent/turns"):
         assert key in record, key
+
+
+def test_tool_choice_required_writes_the_call_opening_into_the_prompt_and_the_policy_continues_it():
+    from mrgrpo.rewards.agent import CALL_OPENING
+    from mrgrpo.train.agent_rollout import AgentRollout
+    from mrgrpo.train.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    item = rt.AgentItem("banking", "user_task_14")
+    row = ad.item_row(item, system_prompt="Use tools.")
+    rest = 'update_password", "arguments": {"password": "1j1l-2k3j"}}]</tool_call>'
+    model = _ScriptedModel(tokenizer, [rest, "Done."])
+    out = AgentRollout(max_turns=3, max_turn_tokens=200, tool_choice="required")(
+        [row["prompt"]], _fake_trainer(tokenizer, model, [row])
+    )
+    prompt_text = tokenizer.decode(out["prompt_ids"][0], skip_special_tokens=True)
+    assert prompt_text.endswith(CALL_OPENING)  # part of the prompt: not trained on
+    generated = tokenizer.decode([t for t, m in zip(out["completion_ids"][0], out["env_mask"][0]) if m], skip_special_tokens=True)
+    assert CALL_OPENING not in generated and rest in generated
+    trace = json.loads(out["agent_trace"][0])
+    assert trace["turns"] == [CALL_OPENING + rest, "Done."]  # the episode reads the whole block
+    utility, attacked, tool_use = score_episodes(
+        [({"suite": "banking", "user_task": "user_task_14", "injection_task": "", "attack": "", "version": rt.DEFAULT_VERSION},
+          "", trace, True)], workers=0)[0]
+    assert utility and attacked is None and tool_use == 0.5  # one of its two ground-truth functions
+    with pytest.raises(ValueError, match="auto or required"):
+        AgentRollout(tool_choice="any")
+
+
+def test_run_episodes_passes_openings_only_when_an_episode_has_one():
+    from mrgrpo.rewards.agent import CALL_OPENING
+
+    seen = []
+
+    def policy(conversations, openings=None):
+        seen.append(openings)
+        return ['get_balance", "arguments": {}}]</tool_call>' if openings and o else "Done." for o in (openings or [""] * len(conversations))]
+
+    row = ad.item_row(rt.AgentItem("banking", "user_task_7"))
+    plain, forced = episode_for(row, max_turns=3), episode_for(row, max_turns=3)
+    forced.opening = CALL_OPENING
+    run_episodes([plain, forced], policy)
+    assert seen[0] == ["", CALL_OPENING] and seen[1:] == [None]  # second turn: no opening left
+    assert plain.turns == ["Done."] and forced.turns[0].startswith(CALL_OPENING + "get_balance")
+    assert forced.tool_calls == 1 and forced.tool_errors == 0

@@ -7,7 +7,9 @@ it); this module builds the rows. The dataset (:func:`load_agentdojo`) has one r
 reward suite and the rollout read:
 
 * ``prompt``: chat messages ``[system, user]`` (system: the tool-calling instruction and the
-  suite's tools; user: the user task's ``PROMPT``).
+  suite's tools; user: the user task's ``PROMPT``; with ``tools_hint``, followed by the line
+  ``Tools to use, in order: a, b.`` naming the functions its ground truth calls, a scaffold for
+  small models that gives the choice of tools away, as BFCL's ``skeleton`` does for calls).
 * ``suite``, ``user_task``, ``injection_task`` (``""`` when benign), ``attack`` (``""`` when
   benign), ``version``: the item.
 * ``injections``: JSON ``{vector id: text}`` the attack put into the environment.
@@ -41,6 +43,7 @@ from mrgrpo.rewards.agentdojo_runtime import (
     SUITES,
     AgentItem,
     injections_json,
+    ground_truth_order,
     passes_when_idle,
     task_suite,
 )
@@ -125,11 +128,14 @@ def items(
     test_fraction: float = 0.25,
     seed: int = 0,
     keep_idle_passing: bool = False,
+    exclude: Iterable[tuple[str, str]] = (),
 ) -> list[AgentItem]:
     """The items of ``suites``: per user task (of ``split``; ``None``: all) one benign item (if
     ``benign``) and one item per injection task (if ``attacked``). User tasks that pass when the
-    agent does nothing are left out unless ``keep_idle_passing`` (see the module docstring);
-    the split is drawn before that, so it does not depend on the setting."""
+    agent does nothing are left out unless ``keep_idle_passing`` (see the module docstring),
+    and so are the ``(suite, user task)`` pairs in ``exclude`` (e.g. worked examples); the split
+    is drawn before that, so it does not depend on either."""
+    excluded = set(exclude)
     out = []
     for name in suites:
         suite = task_suite(name, version)
@@ -140,6 +146,7 @@ def items(
         )
         if not keep_idle_passing:
             user_ids = [u for u in user_ids if not passes_when_idle(name, u, version)]
+        user_ids = [u for u in user_ids if (name, u) not in excluded]
         injection_ids = in_task_order(suite.injection_tasks)
         for user_id in user_ids:
             if benign:
@@ -149,13 +156,24 @@ def items(
     return out
 
 
-def item_row(item: AgentItem, tools_in_prompt: str = "full", system_prompt: str | None = None) -> dict[str, Any]:
-    """The dataset row of one item (see the module docstring for the columns)."""
+def tools_hint(suite: str, user_task: str, version: str = DEFAULT_VERSION) -> str:
+    """The ``tools_hint`` line of a user task (``""`` when its ground truth calls nothing)."""
+    names = ground_truth_order(suite, user_task, version)
+    return f"Tools to use, in order: {', '.join(names)}." if names else ""
+
+
+def item_row(
+    item: AgentItem, tools_in_prompt: str = "full", system_prompt: str | None = None, hint: bool = False
+) -> dict[str, Any]:
+    """The dataset row of one item (see the module docstring for the columns); ``hint``: the
+    user message ends with :func:`tools_hint`."""
     schemas = tool_schemas(item.suite, item.version)
     suite = task_suite(item.suite, item.version)
     system = agent_instruction(schemas, tools_in_prompt) if system_prompt is None else system_prompt
     prompt = [{"role": "system", "content": system}] if system else []
-    prompt.append({"role": "user", "content": suite.user_tasks[item.user_task].PROMPT})
+    request = suite.user_tasks[item.user_task].PROMPT
+    line = tools_hint(item.suite, item.user_task, item.version) if hint else ""
+    prompt.append({"role": "user", "content": f"{request}\n{line}" if line else request})
     return {
         "prompt": prompt,
         "suite": item.suite,
@@ -180,20 +198,24 @@ def load_agentdojo(
     system_prompt: str | None = None,
     limit: int | None = None,
     keep_idle_passing: bool = False,
+    tools_hint: bool = False,
+    exclude: Iterable[tuple[str, str]] = (),
 ) -> Any:
     """A ``datasets.DatasetDict`` with ``train`` and ``test`` splits (by user task) of AgentDojo items.
 
     ``limit``: at most this many rows per split (a seeded sample, suites interleaved).
     ``keep_idle_passing``: keep the user tasks that pass when the agent does nothing.
+    ``tools_hint``: each request ends with the functions its ground truth calls (:func:`tools_hint`).
+    ``exclude``: ``(suite, user task)`` pairs left out of both splits (worked examples).
     """
     import datasets
 
     out = {}
     for split in ("train", "test"):
-        chosen = items(suites, split, attack, benign, attacked, version, test_fraction, seed, keep_idle_passing)
+        chosen = items(suites, split, attack, benign, attacked, version, test_fraction, seed, keep_idle_passing, exclude)
         if limit is not None and limit < len(chosen):
             chosen = random.Random(f"{seed}:{split}").sample(chosen, limit)
-        rows = [item_row(item, tools_in_prompt, system_prompt) for item in chosen]
+        rows = [item_row(item, tools_in_prompt, system_prompt, tools_hint) for item in chosen]
         out[split] = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({"prompt": []})
     return datasets.DatasetDict(out)
 

@@ -12,6 +12,20 @@ the listing (``none``, for chat templates that render the ``tools`` column), and
 still does not fit (the count is logged). AgentDojo's workspace suite lists ~40 tools: with full
 JSON schemas its prompts are 11-14k tokens, far beyond a small model's context.
 
+Scaffolds for small policies (each off by default; training and ``mrgrpo eval`` apply the same):
+
+* ``few_shot: N``: N worked episodes per suite come after the system message: the train-split
+  user tasks with a written expected answer (``GROUND_TRUTH_OUTPUT``), fewest ground-truth
+  calls and shortest request first, each as the user's request, the ground truth's calls in one
+  ``<tool_call>`` block, the tool messages the environment returns (cut at ``max_tool_chars``,
+  as in an episode) and the expected answer. Those user tasks are left out of both splits.
+* ``tools_hint``: each request ends with ``Tools to use, in order: ...`` (the functions its
+  ground truth calls; :func:`mrgrpo.data.agentdojo.tools_hint`).
+* ``tool_choice: required`` (as in OpenAI's API): the first turn must call a tool. The rollout
+  writes the opening of a call block, ``<tool_call>[{"name": "``, after the generation prompt
+  (it is part of the prompt, not trained on) and the policy continues it; ``auto``: the policy
+  decides.
+
 Evaluation (``mrgrpo eval --task agentdojo``): benign utility, utility under attack and attack
 success rate per suite and overall (:func:`evaluate_agentdojo`).
 """
@@ -25,12 +39,59 @@ from typing import Any
 
 from mrgrpo.errors import ConfigError
 from mrgrpo.records import mean
+from mrgrpo.rewards.agent import CALL_OPENING
 from mrgrpo.rewards.agentdojo_runtime import AgentItem
 from mrgrpo.tasks.base import Option, Task, TaskSpec, plain_text
-from mrgrpo.tasks.episodes import DEFAULT_MAX_TURNS, Episode, Policy, episode_for, run_episodes
+from mrgrpo.tasks.episodes import DEFAULT_MAX_TOOL_CHARS, DEFAULT_MAX_TURNS, Episode, Messages, Policy, episode_for, run_episodes
 from mrgrpo.tasks.registry import register_task
 
-ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars")
+ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars", "tool_choice")
+TOOL_CHOICES = ("auto", "required")
+
+
+def opening(tool_choice: str) -> str:
+    """The text the policy's first turn starts with under ``tool_choice`` (``required``: a call block's opening)."""
+    if tool_choice not in TOOL_CHOICES:
+        raise ConfigError(f"task agentdojo: tool_choice must be auto or required, got {tool_choice!r}")
+    return CALL_OPENING if tool_choice == "required" else ""
+
+
+def worked_tasks(suite: str, count: int, version: str, test_fraction: float, seed: int, keep_idle_passing: bool) -> list[str]:
+    """The ``count`` train-split user tasks of ``suite`` that become worked examples (see the module docstring)."""
+    from mrgrpo.data.agentdojo import split_user_tasks
+    from mrgrpo.rewards.agentdojo_runtime import ground_truth_calls, passes_when_idle, task_suite
+
+    if count <= 0:
+        return []
+    tasks = task_suite(suite, version).user_tasks
+    candidates = []
+    for position, user_task in enumerate(split_user_tasks(suite, version, test_fraction, seed)["train"]):
+        calls = ground_truth_calls(AgentItem(suite, user_task, version=version), "user", injections={})
+        if not calls or (not keep_idle_passing and passes_when_idle(suite, user_task, version)):
+            continue
+        answer = getattr(tasks[user_task], "GROUND_TRUTH_OUTPUT", "") or ""
+        candidates.append((not answer, len(calls), len(tasks[user_task].PROMPT), position, user_task))
+    if len(candidates) < count:
+        raise ConfigError(
+            f"task agentdojo: few_shot {count} but the {suite} suite's train split has {len(candidates)} user "
+            "task(s) with a ground truth to show: set task.few_shot lower"
+        )
+    return [c[-1] for c in sorted(candidates)[:count]]
+
+
+def worked_episode(item: AgentItem, hint: bool, max_tool_chars: int | None) -> Messages:
+    """One worked episode (user, assistant call block, tool messages, assistant answer) of a benign item,
+    its tool messages produced by running the ground truth's calls in an :class:`Episode`."""
+    from mrgrpo.data.agentdojo import item_row
+    from mrgrpo.rewards.agentdojo_runtime import ground_truth_calls, task_suite
+
+    request = item_row(item, "none", system_prompt="", hint=hint)["prompt"]
+    episode = Episode(item, [dict(m) for m in request], None, max_turns=2, max_tool_chars=max_tool_chars)
+    calls = ground_truth_calls(item, "user", injections={}) or []
+    episode.step("<tool_call>" + json.dumps([{"name": n, "arguments": a} for n, a in calls], default=str) + "</tool_call>")
+    user_task = task_suite(item.suite, item.version).user_tasks[item.user_task]
+    episode.step(getattr(user_task, "GROUND_TRUTH_OUTPUT", "") or "Done.")
+    return episode.messages
 
 
 class AgentDojoTask(Task):
@@ -53,25 +114,52 @@ class AgentDojoTask(Task):
         "max_turns": Option(4, "assistant turns per episode (training and mrgrpo eval)"),
         "max_turn_tokens": Option(128, "new tokens per turn"),
         "max_tool_chars": Option(1000, "tool results cut to this many characters (null: never)"),
+        "tools_hint": Option(False, "each request ends with the functions its ground truth calls (a scaffold)"),
+        "tool_choice": Option("auto", "auto | required (the first turn starts with a call block's opening)"),
     }
     ground_truth = "user_task"
     rollout = "multi_turn"
     rollout_options = ROLLOUT_OPTIONS
     eval_metric = "attack_success_rate"
     prompt_rule = "compact"
-    few_shot = False
-    split = "by user task: per suite a seeded shuffle, first test_fraction of user tasks = test"
+    few_shot = True
+    split = "by user task: per suite a seeded shuffle, first test_fraction of user tasks = test (worked examples: neither)"
 
     def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
+        import datasets
+
         from mrgrpo.data.agentdojo import load_agentdojo
 
+        opening(options["tool_choice"])  # validated before the ~10 s import of agentdojo
+        shots = self.worked_examples(spec.few_shot, spec.seed, options)
         loader = {k: v for k, v in options.items() if k not in (*ROLLOUT_OPTIONS, "max_prompt_length")}
         size = spec.size_of(split)
         try:
-            splits = load_agentdojo(**loader, seed=spec.seed, limit=size, system_prompt=spec.system_prompt)
+            splits = load_agentdojo(**loader, seed=spec.seed, limit=size, system_prompt=spec.system_prompt,
+                                    exclude=[(suite, task) for suite, tasks in shots.items() for task, _ in tasks])
         except (ValueError, KeyError) as error:
             raise ConfigError(f"task agentdojo: {error}") from None
-        return splits["train" if split == "train" else "test"]
+        rows = splits["train" if split == "train" else "test"]
+        if not spec.few_shot or len(rows) == 0:
+            return rows
+        return datasets.Dataset.from_list([with_examples(row, shots) for row in rows])
+
+    def worked_examples(self, count: int, seed: int, options: dict[str, Any]) -> dict[str, list[tuple[str, Messages]]]:
+        """``{suite: [(user task, messages), ...]}``: each suite's ``count`` worked episodes."""
+        if count <= 0:
+            return {}
+        try:
+            return {
+                suite: [
+                    (task, worked_episode(AgentItem(suite, task, version=options["version"]), options["tools_hint"],
+                                          options["max_tool_chars"]))
+                    for task in worked_tasks(suite, count, options["version"], options["test_fraction"], seed,
+                                             options["keep_idle_passing"])
+                ]
+                for suite in options["suites"]
+            }
+        except KeyError as error:
+            raise ConfigError(f"task agentdojo: {error}") from None
 
     def shorten(self, row: dict[str, Any], options: dict[str, Any], chat: bool, attempt: int = 0) -> dict[str, Any] | None:
         from mrgrpo.data.agentdojo import item_row
@@ -81,7 +169,10 @@ class AgentDojoTask(Task):
         shorter = order[order.index(current) + 1 :] if current in order else []
         if attempt >= len(shorter):
             return None
-        short = item_row(AgentItem.from_columns(row), shorter[attempt])
+        short = item_row(AgentItem.from_columns(row), shorter[attempt], hint=options["tools_hint"])
+        if isinstance(row["prompt"], list):  # keep the worked examples: everything between system and request
+            head = 1 if row["prompt"] and row["prompt"][0]["role"] == "system" else 0
+            short["prompt"] = short["prompt"][:1] + row["prompt"][head:-1] + short["prompt"][1:]
         if not chat:
             short["prompt"] = plain_text(short["prompt"])
         return short
@@ -91,6 +182,14 @@ class AgentDojoTask(Task):
 
     def episode(self, row: dict[str, Any], max_turns: int, max_tool_chars: int | None) -> Episode:
         return episode_for(row, max_turns, max_tool_chars)
+
+
+def with_examples(row: dict[str, Any], shots: dict[str, list[tuple[str, Messages]]]) -> dict[str, Any]:
+    """``row`` with its suite's worked episodes between the system message and the request."""
+    prompt = list(row["prompt"])
+    examples = [dict(m) for _, messages in shots.get(row["suite"], []) for m in messages]
+    head = 1 if prompt and prompt[0]["role"] == "system" else 0
+    return {**row, "prompt": prompt[:head] + examples + prompt[head:]}
 
     def evaluate(self, policy_factory: Any, spec: TaskSpec, loaded: Any, attack: str | None, limit: int | None,
                  max_new_tokens: int | None) -> dict[str, Any]:
@@ -118,7 +217,10 @@ class AgentDojoTask(Task):
 
         listing = "compact" if not loaded.chat and options["tools_in_prompt"] == "full" else options["tools_in_prompt"]
         report = evaluate_agentdojo(policy, options["suites"], attack, "test", limit, options["max_turns"], listing,
-                                    seed=spec.seed, fit_rows=fit_rows, keep_idle_passing=options["keep_idle_passing"])
+                                    seed=spec.seed, fit_rows=fit_rows, keep_idle_passing=options["keep_idle_passing"],
+                                    tools_hint=options["tools_hint"], tool_choice=options["tool_choice"],
+                                    worked_examples=self.worked_examples(spec.few_shot, spec.seed, options),
+                                    max_tool_chars=options["max_tool_chars"])
         metrics = {f"{suite}/{name}": value for suite, row in report["suites"].items() for name, value in row.items()}
         problems = report["suites"]["overall"]["benign_items"] + report["suites"]["overall"]["attacked_items"]
         return {"metric": self.eval_metric, "samples": 1, "problems": problems, "metrics": metrics, "components": {},
@@ -137,6 +239,10 @@ def evaluate_agentdojo(
     workers: int | None = None,
     fit_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     keep_idle_passing: bool = False,
+    tools_hint: bool = False,
+    tool_choice: str = "auto",
+    worked_examples: dict[str, list[tuple[str, Messages]]] | None = None,
+    max_tool_chars: int | None = DEFAULT_MAX_TOOL_CHARS,
 ) -> dict[str, Any]:
     """Benign utility, utility under attack and attack success rate, per suite and overall.
 
@@ -150,6 +256,9 @@ def evaluate_agentdojo(
     ``split`` (``None``: all user tasks) through :func:`run_episodes` and scores the traces
     with the ``agent`` suite's replay scoring (in parallel). ``limit``: at most this many
     user tasks per suite. Rates are over items; ``overall`` pools all suites' items.
+    ``tools_hint``, ``tool_choice``, ``worked_examples`` (``{suite: [(user task, messages)]}``,
+    :meth:`AgentDojoTask.worked_examples`; those user tasks are not evaluated) and
+    ``max_tool_chars``: the scaffolds of the module docstring, as in training.
     """
     from mrgrpo.data import agentdojo as ad
     from mrgrpo.rewards import agentdojo_runtime as rt
@@ -158,21 +267,27 @@ def evaluate_agentdojo(
     started = time.monotonic()
     suites = list(suites or rt.SUITES)
     attack = attack or rt.DEFAULT_ATTACK
+    first = opening(tool_choice)
+    shots = worked_examples or {}
+    shown = [(suite, task) for suite, tasks in shots.items() for task, _ in tasks]
     chosen: list[AgentItem] = []
     for name in suites:
         suite_items = ad.items([name], split, attack, version=rt.DEFAULT_VERSION, seed=seed,
-                               keep_idle_passing=keep_idle_passing)
+                               keep_idle_passing=keep_idle_passing, exclude=shown)
         if limit is not None:
             keep = ad.in_task_order({i.user_task for i in suite_items})[:limit]
             suite_items = [i for i in suite_items if i.user_task in keep]
         chosen.extend(suite_items)
-    rows = [ad.item_row(item, tools_in_prompt) for item in chosen]
+    rows = [with_examples(ad.item_row(item, tools_in_prompt, hint=tools_hint), shots) for item in chosen]
     dropped = 0
     if fit_rows is not None:
         kept = fit_rows(rows)
         dropped = len(rows) - len(kept)
         rows, chosen = kept, [AgentItem.from_columns(row) for row in kept]
-    episodes = run_episodes([episode_for(row, max_turns) for row in rows], policy)
+    episodes = [episode_for(row, max_turns, max_tool_chars) for row in rows]
+    for episode in episodes:
+        episode.opening = first
+    episodes = run_episodes(episodes, policy)
     jobs = [({k: row[k] for k in ("suite", "user_task", "injection_task", "attack", "version")}, row["injections"], json.loads(e.record())) for row, e in zip(rows, episodes)]
     scores = score_batch(jobs, workers)
     table: dict[str, dict[str, Any]] = {}

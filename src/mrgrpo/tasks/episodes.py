@@ -79,14 +79,21 @@ class Episode:
     done: bool = False
     tool_calls: int = 0
     tool_errors: int = 0
+    opening: str = ""  # the text the first turn starts with (written for the policy, which continues it)
 
     def __post_init__(self) -> None:
         self.env, self.pre_env = fresh_environment(self.item, self.injections)
         self.trace: list[Any] = []  # AgentDojo FunctionCalls, in order
 
+    @property
+    def pending_opening(self) -> str:
+        """What the next turn starts with before the policy writes: ``opening`` on the first turn."""
+        return "" if self.turns else self.opening
+
     def step(self, text: str) -> Messages:
-        """Take the policy's turn; returns the tool messages to feed back (``[]`` once done)."""
-        feedback, _ = take_turn(self, text, self._run_call)
+        """Take the policy's turn (``text`` continues :attr:`pending_opening`); returns the tool
+        messages to feed back (``[]`` once done)."""
+        feedback, _ = take_turn(self, self.pending_opening + text, self._run_call)
         return feedback
 
     def _run_call(self, name: str, args: Any) -> tuple[str | None, str | None]:
@@ -116,12 +123,18 @@ def episode_for(row: dict[str, Any], max_turns: int = DEFAULT_MAX_TURNS, max_too
 
 
 def run_episodes(episodes: Sequence[Episode], policy: Policy) -> list[Episode]:
-    """Drive ``episodes`` to the end with ``policy`` (called on all unfinished ones each turn)."""
+    """Drive ``episodes`` to the end with ``policy`` (called on all unfinished ones each turn).
+
+    When an episode's turn starts with an opening (:attr:`Episode.pending_opening`), the policy is
+    called as ``policy(conversations, openings)`` and continues each opening (:func:`model_policy`
+    does); otherwise as ``policy(conversations)``."""
     while True:
         active = [e for e in episodes if not e.done]
         if not active:
             return list(episodes)
-        texts = policy([e.messages for e in active])
+        openings = [getattr(e, "pending_opening", "") for e in active]  # episodes of other tasks may have none
+        conversations = [e.messages for e in active]
+        texts = policy(conversations, openings) if any(openings) else policy(conversations)  # type: ignore[call-arg]
         if len(texts) != len(active):
             raise ValueError(f"policy returned {len(texts)} turns for {len(active)} conversations")
         for episode, text in zip(active, texts):
@@ -180,7 +193,8 @@ def model_policy(
     temperature: float = 0.0,
     batch_size: int = 8,
 ) -> Policy:
-    """A text-level policy from a causal LM (greedy at ``temperature`` 0); for evaluation."""
+    """A text-level policy from a causal LM (greedy at ``temperature`` 0); for evaluation. Called with
+    ``openings``, it continues each (the returned text excludes the opening)."""
     import torch
 
     renderer = Renderer(tokenizer, chat)
@@ -188,8 +202,8 @@ def model_policy(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    def policy(conversations: list[Messages]) -> list[str]:
-        texts = [renderer.prompt(c) for c in conversations]
+    def policy(conversations: list[Messages], openings: Sequence[str] | None = None) -> list[str]:
+        texts = [renderer.prompt(c) + (openings[i] if openings else "") for i, c in enumerate(conversations)]
         out: list[str] = []
         model.eval()
         for start in range(0, len(texts), batch_size):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrgrpo.rewards.agent import final_output
+from mrgrpo.rewards.agent import CALL_OPENING, final_output
 from mrgrpo.tasks.episodes import Episode, Renderer, episode_for
 from mrgrpo.train import trl_compat
 
@@ -46,6 +46,8 @@ class AgentRollout:
             trainer's ``max_completion_length``).
         max_tool_chars: tool results are cut to this many characters (``None``: never).
         episode_factory: ``(row, max_turns, max_tool_chars) -> Episode`` (the task's; default AgentDojo's).
+        tool_choice: ``auto`` or ``required``: the first turn starts with a call block's opening,
+            which is part of the prompt (not trained on) and which the policy continues.
     """
 
     def __init__(
@@ -54,7 +56,11 @@ class AgentRollout:
         max_turn_tokens: int = 128,
         max_tool_chars: int | None = 1000,
         episode_factory: Any = None,
+        tool_choice: str = "auto",
     ) -> None:
+        if tool_choice not in ("auto", "required"):
+            raise ValueError(f"tool_choice must be auto or required, got {tool_choice!r}")
+        self.opening = CALL_OPENING if tool_choice == "required" else ""
         self.episode_factory = episode_factory or episode_for  # (row, max_turns, max_tool_chars) -> Episode
         self.max_turns = max_turns
         self.max_turn_tokens = max_turn_tokens
@@ -73,7 +79,11 @@ class AgentRollout:
             episode = self.episode_factory({**row, "prompt": prompt}, self.max_turns, self.max_tool_chars)
             if not chat:  # plain-text prompts: the conversation is the prompt text itself
                 episode.messages = [{"role": "user", "content": prompt}]
-            text = renderer.prompt(episode.messages) if chat else prompt
+            if self.opening:
+                if not hasattr(episode, "pending_opening"):
+                    raise ValueError(f"tool_choice required: the episodes of {type(episode).__name__} take no opening")
+                episode.opening = self.opening
+            text = (renderer.prompt(episode.messages) if chat else prompt) + getattr(episode, "pending_opening", "")
             states.append(_TokenEpisode(episode, tokenizer(text, add_special_tokens=False)["input_ids"]))
         limit = trainer.max_completion_length
         model = trainer.accelerator.unwrap_model(trainer.model)
