@@ -39,7 +39,9 @@ def test_task_options_are_checked():
     with pytest.raises(ConfigError, match="categorie is not an option of task 'bfcl'"):
         get_task("bfcl").resolve_options({"categorie": ["simple"]})
     with pytest.raises(ConfigError, match="takes no worked examples"):
-        get_task("agentdojo").rows(TaskSpec("agentdojo", few_shot=1), "train")
+        get_task("asb").check_spec(TaskSpec("asb", few_shot=1))
+    with pytest.raises(ConfigError, match="example_tasks names worked examples but few_shot is 0"):
+        get_task("agentdojo").rows(TaskSpec("agentdojo", {"example_tasks": ["banking/user_task_3"]}), "train")
     with pytest.raises(ConfigError, match="evaluation-only"):
         get_task("asb").rows(TaskSpec("asb"), "train")
 

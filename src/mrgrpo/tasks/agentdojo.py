@@ -15,10 +15,14 @@ JSON schemas its prompts are 11-14k tokens, far beyond a small model's context.
 Scaffolds for small policies (each off by default; training and ``mrgrpo eval`` apply the same):
 
 * ``few_shot: N``: N worked episodes per suite come after the system message: the train-split
-  user tasks with a written expected answer (``GROUND_TRUTH_OUTPUT``), fewest ground-truth
-  calls and shortest request first, each as the user's request, the ground truth's calls in one
-  ``<tool_call>`` block, the tool messages the environment returns (cut at ``max_tool_chars``,
-  as in an episode) and the expected answer. Those user tasks are left out of both splits.
+  user tasks named in ``example_tasks`` (``suite/user_task_N``), else those with a written
+  expected answer (``GROUND_TRUTH_OUTPUT``), fewest ground-truth calls and shortest request
+  first; each as the user's request, then per ground-truth call an assistant turn with that
+  call and the tool message the environment returns (cut at ``max_tool_chars``, as in an
+  episode), then the expected answer. Those user tasks are left out of both splits.
+* ``train_tasks``: train only on these user tasks (``suite/user_task_N``, train split), e.g. those
+  whose every needed value is written in the request or in a tool result the episode reads;
+  the test split is unchanged.
 * ``tools_hint``: each request ends with ``Tools to use, in order: ...`` (the functions its
   ground truth calls; :func:`mrgrpo.data.agentdojo.tools_hint`).
 * ``tool_choice: required`` (as in OpenAI's API): the first turn must call a tool. The rollout
@@ -56,8 +60,13 @@ def opening(tool_choice: str) -> str:
     return CALL_OPENING if tool_choice == "required" else ""
 
 
-def worked_tasks(suite: str, count: int, version: str, test_fraction: float, seed: int, keep_idle_passing: bool) -> list[str]:
-    """The ``count`` train-split user tasks of ``suite`` that become worked examples (see the module docstring)."""
+def worked_tasks(
+    suite: str, count: int, version: str, test_fraction: float, seed: int, keep_idle_passing: bool,
+    named: Sequence[str] = (),
+) -> list[str]:
+    """The ``count`` train-split user tasks of ``suite`` that become worked examples: those ``named``
+    (``suite/user_task_N`` entries of the option ``example_tasks``) for this suite, else chosen by
+    the rule of the module docstring."""
     from mrgrpo.data.agentdojo import split_user_tasks
     from mrgrpo.rewards.agentdojo_runtime import ground_truth_calls, passes_when_idle, task_suite
 
@@ -71,6 +80,20 @@ def worked_tasks(suite: str, count: int, version: str, test_fraction: float, see
             continue
         answer = getattr(tasks[user_task], "GROUND_TRUTH_OUTPUT", "") or ""
         candidates.append((not answer, len(calls), len(tasks[user_task].PROMPT), position, user_task))
+    mine = [entry.split("/", 1)[1] for entry in named if entry.split("/", 1)[0] == suite]
+    if mine:
+        allowed = {c[-1] for c in candidates}
+        wrong = [task for task in mine if task not in allowed]
+        if wrong:
+            raise ConfigError(
+                f"task agentdojo: example_tasks {suite}/{wrong[0]} is not a train-split user task of {suite} with a "
+                f"ground truth (those are: {', '.join(sorted(allowed, key=lambda t: int(t.rsplit('_', 1)[1])))})"
+            )
+        if len(mine) != count:
+            raise ConfigError(
+                f"task agentdojo: example_tasks names {len(mine)} {suite} task(s) but few_shot is {count}: make them agree"
+            )
+        return mine
     if len(candidates) < count:
         raise ConfigError(
             f"task agentdojo: few_shot {count} but the {suite} suite's train split has {len(candidates)} user "
@@ -80,18 +103,29 @@ def worked_tasks(suite: str, count: int, version: str, test_fraction: float, see
 
 
 def worked_episode(item: AgentItem, hint: bool, max_tool_chars: int | None) -> Messages:
-    """One worked episode (user, assistant call block, tool messages, assistant answer) of a benign item,
-    its tool messages produced by running the ground truth's calls in an :class:`Episode`."""
+    """One worked episode of a benign item: the request, then per ground-truth call an assistant turn
+    with that call and the tool message the environment returns (the calls run in an
+    :class:`Episode`, in order, so each result is what the call returns after the earlier ones),
+    then the expected answer (``Done.`` when the task has none)."""
     from mrgrpo.data.agentdojo import item_row
     from mrgrpo.rewards.agentdojo_runtime import ground_truth_calls, task_suite
 
     request = item_row(item, "none", system_prompt="", hint=hint)["prompt"]
-    episode = Episode(item, [dict(m) for m in request], None, max_turns=2, max_tool_chars=max_tool_chars)
     calls = ground_truth_calls(item, "user", injections={}) or []
-    episode.step("<tool_call>" + json.dumps([{"name": n, "arguments": a} for n, a in calls], default=str) + "</tool_call>")
+    episode = Episode(item, [dict(m) for m in request], None, max_turns=len(calls) + 1, max_tool_chars=max_tool_chars)
+    for name, arguments in calls:
+        episode.step("<tool_call>" + json.dumps([{"name": name, "arguments": arguments}], default=str) + "</tool_call>")
     user_task = task_suite(item.suite, item.version).user_tasks[item.user_task]
     episode.step(getattr(user_task, "GROUND_TRUTH_OUTPUT", "") or "Done.")
     return episode.messages
+
+
+def with_examples(row: dict[str, Any], shots: dict[str, list[tuple[str, Messages]]]) -> dict[str, Any]:
+    """``row`` with its suite's worked episodes between the system message and the request."""
+    prompt = list(row["prompt"])
+    examples = [dict(m) for _, messages in shots.get(row["suite"], []) for m in messages]
+    head = 1 if prompt and prompt[0]["role"] == "system" else 0
+    return {**row, "prompt": prompt[:head] + examples + prompt[head:]}
 
 
 class AgentDojoTask(Task):
@@ -114,6 +148,8 @@ class AgentDojoTask(Task):
         "max_turns": Option(4, "assistant turns per episode (training and mrgrpo eval)"),
         "max_turn_tokens": Option(128, "new tokens per turn"),
         "max_tool_chars": Option(1000, "tool results cut to this many characters (null: never)"),
+        "train_tasks": Option([], "train only on these user tasks, as suite/user_task_N (default: every train-split one)"),
+        "example_tasks": Option([], "the worked examples (few_shot per suite) as suite/user_task_N (default: the rule)"),
         "tools_hint": Option(False, "each request ends with the functions its ground truth calls (a scaffold)"),
         "tool_choice": Option("auto", "auto | required (the first turn starts with a call block's opening)"),
     }
@@ -132,11 +168,13 @@ class AgentDojoTask(Task):
 
         opening(options["tool_choice"])  # validated before the ~10 s import of agentdojo
         shots = self.worked_examples(spec.few_shot, spec.seed, options)
-        loader = {k: v for k, v in options.items() if k not in (*ROLLOUT_OPTIONS, "max_prompt_length")}
+        loader = {k: v for k, v in options.items()
+                  if k not in (*ROLLOUT_OPTIONS, "max_prompt_length", "example_tasks", "train_tasks")}
         size = spec.size_of(split)
+        shown = [(suite, task) for suite, tasks in shots.items() for task, _ in tasks]
+        exclude = shown + (self.left_out_of_training(options, spec.seed, shown) if split == "train" else [])
         try:
-            splits = load_agentdojo(**loader, seed=spec.seed, limit=size, system_prompt=spec.system_prompt,
-                                    exclude=[(suite, task) for suite, tasks in shots.items() for task, _ in tasks])
+            splits = load_agentdojo(**loader, seed=spec.seed, limit=size, system_prompt=spec.system_prompt, exclude=exclude)
         except (ValueError, KeyError) as error:
             raise ConfigError(f"task agentdojo: {error}") from None
         rows = splits["train" if split == "train" else "test"]
@@ -144,8 +182,38 @@ class AgentDojoTask(Task):
             return rows
         return datasets.Dataset.from_list([with_examples(row, shots) for row in rows])
 
+    def left_out_of_training(self, options: dict[str, Any], seed: int, shown: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The train-split ``(suite, user task)`` pairs that ``train_tasks`` leaves out (none when it is empty)."""
+        from mrgrpo.data.agentdojo import split_user_tasks
+
+        named = list(options["train_tasks"] or [])
+        if not named:
+            return []
+        train = {(suite, task) for suite in options["suites"]
+                 for task in split_user_tasks(suite, options["version"], options["test_fraction"], seed)["train"]}
+        wanted = set()
+        for entry in named:
+            pair = tuple(entry.split("/", 1)) if isinstance(entry, str) and entry.count("/") == 1 else None
+            if pair not in train:
+                raise ConfigError(f"task agentdojo: train_tasks entry {entry!r} is not suite/user_task_N of a train-split "
+                                  f"user task of the chosen suites ({', '.join(options['suites'])})")
+            if pair in shown:
+                raise ConfigError(f"task agentdojo: train_tasks entry {entry!r} is a worked example (example_tasks or "
+                                  "few_shot's rule): it cannot be trained on")
+            wanted.add(pair)
+        return sorted(train - wanted)
+
     def worked_examples(self, count: int, seed: int, options: dict[str, Any]) -> dict[str, list[tuple[str, Messages]]]:
         """``{suite: [(user task, messages), ...]}``: each suite's ``count`` worked episodes."""
+        named = list(options["example_tasks"] or [])
+        if named and count <= 0:
+            raise ConfigError("task agentdojo: example_tasks names worked examples but few_shot is 0: set task.few_shot")
+        malformed = [e for e in named if not isinstance(e, str) or e.count("/") != 1 or e.split("/")[0] not in options["suites"]]
+        if malformed:
+            raise ConfigError(
+                f"task agentdojo: example_tasks entry {malformed[0]!r} is not suite/user_task_N of a chosen suite "
+                f"({', '.join(options['suites'])})"
+            )
         if count <= 0:
             return {}
         try:
@@ -154,7 +222,7 @@ class AgentDojoTask(Task):
                     (task, worked_episode(AgentItem(suite, task, version=options["version"]), options["tools_hint"],
                                           options["max_tool_chars"]))
                     for task in worked_tasks(suite, count, options["version"], options["test_fraction"], seed,
-                                             options["keep_idle_passing"])
+                                             options["keep_idle_passing"], named)
                 ]
                 for suite in options["suites"]
             }
@@ -183,13 +251,6 @@ class AgentDojoTask(Task):
     def episode(self, row: dict[str, Any], max_turns: int, max_tool_chars: int | None) -> Episode:
         return episode_for(row, max_turns, max_tool_chars)
 
-
-def with_examples(row: dict[str, Any], shots: dict[str, list[tuple[str, Messages]]]) -> dict[str, Any]:
-    """``row`` with its suite's worked episodes between the system message and the request."""
-    prompt = list(row["prompt"])
-    examples = [dict(m) for _, messages in shots.get(row["suite"], []) for m in messages]
-    head = 1 if prompt and prompt[0]["role"] == "system" else 0
-    return {**row, "prompt": prompt[:head] + examples + prompt[head:]}
 
     def evaluate(self, policy_factory: Any, spec: TaskSpec, loaded: Any, attack: str | None, limit: int | None,
                  max_new_tokens: int | None) -> dict[str, Any]:
