@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mrgrpo.rewards.agent import final_output, parse_turn, turn_format
+from mrgrpo.rewards.agent import cut_after_call, final_output, parse_turn, turn_format
 from mrgrpo.rewards.tool_call import format_calls
 
 
@@ -30,6 +30,13 @@ def test_turn_format_and_final_output():
     assert not turn_format('<tool_call>[{"name": "a"}]</tool_call>')
     assert not turn_format("stray </tool_call>")
     assert final_output('<think>hm</think> Sure. <tool_call>[]</tool_call>') == "Sure."
+
+
+def test_cut_after_call_keeps_a_turn_up_to_its_first_closing_tag():
+    call = '<tool_call>[{"name": "a", "arguments": {}}]</tool_call>'
+    assert cut_after_call(call + "\nIt is 4.<tool_call>[]</tool_call>") == call
+    assert cut_after_call("The answer is 4.") == "The answer is 4."
+    assert cut_after_call('<tool_call>[{"name": "a"') == '<tool_call>[{"name": "a"'  # unclosed: all of it
 
 
 agentdojo = pytest.importorskip("agentdojo")

@@ -116,3 +116,18 @@ def test_evaluation_applies_the_same_scaffolds_as_training():
                for c in first_conversations)  # the worked example, hinted
     assert all(c[-1]["content"].splitlines()[-1].startswith("Tools to use, in order: ") for c in first_conversations)
     assert report["tool_calls_per_episode"] == 1.0  # every episode's forced first call ran
+
+
+def test_evaluation_stops_each_turn_after_its_call_when_asked():
+    from mrgrpo.tasks.agentdojo import evaluate_agentdojo
+
+    def policy(conversations, openings=None):
+        return ['<tool_call>[{"name": "get_balance", "arguments": {}}]</tool_call>\nYour balance is 0.'
+                if c[-1]["role"] == "user" else "Done." for c in conversations]
+
+    stopped = evaluate_agentdojo(policy, ["banking"], split="test", limit=1, max_turns=3, stop_after_call=True)
+    whole = evaluate_agentdojo(policy, ["banking"], split="test", limit=1, max_turns=3)
+    assert stopped["examples"][0]["turns"] == ['<tool_call>[{"name": "get_balance", "arguments": {}}]</tool_call>', "Done."]
+    assert whole["examples"][0]["turns"][0].endswith("Your balance is 0.")
+    assert stopped["tool_calls_per_episode"] == whole["tool_calls_per_episode"] == 1.0
+

@@ -291,3 +291,57 @@ def test_run_episodes_passes_openings_only_when_an_episode_has_one():
     assert seen[0] == ["", CALL_OPENING] and seen[1:] == [None]  # second turn: no opening left
     assert plain.turns == ["Done."] and forced.turns[0].startswith(CALL_OPENING + "get_balance")
     assert forced.tool_calls == 1 and forced.tool_errors == 0
+
+
+def test_stop_after_call_ends_the_turn_at_the_block_so_the_tool_answers_before_the_policy_goes_on():
+    from mrgrpo.train.agent_rollout import AgentRollout
+    from mrgrpo.train.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    item = rt.AgentItem("banking", "user_task_7")
+    row = ad.item_row(item, system_prompt="Use tools.")
+    call = _block([("get_most_recent_transactions", {"n": 100})])
+    made_up = "\nYou spent 50 on the gift."  # written before the result was seen
+    turns = [call + made_up, "You spent 200 on the gift."]
+    rollouts = {}
+    for stop in (False, True):
+        model = _ScriptedModel(tokenizer, turns)
+        seen = []
+        generate = model.generate
+        model.generate = lambda *a, **k: (seen.append(k), generate(*a, **k))[1]
+        rollouts[stop] = AgentRollout(max_turns=3, max_turn_tokens=200, stop_after_call=stop)(
+            [row["prompt"]], _fake_trainer(tokenizer, model, [row]))
+        assert all(("stop_strings" in k) == stop for k in seen)  # the batch stops early on a real model
+    cut = json.loads(rollouts[True]["agent_trace"][0])
+    assert cut["turns"] == [call, "You spent 200 on the gift."] and cut["final"] == "You spent 200 on the gift."
+    generated = tokenizer.decode([t for t, m in zip(rollouts[True]["completion_ids"][0], rollouts[True]["env_mask"][0]) if m],
+                                 skip_special_tokens=True)
+    assert made_up.strip() not in generated  # not kept, so not trained on
+    assert json.loads(rollouts[False]["agent_trace"][0])["turns"][0] == call + made_up
+
+
+def test_cut_ids_after_keeps_the_shortest_prefix_that_holds_the_stop():
+    from mrgrpo.train.agent_rollout import cut_ids_after
+    from mrgrpo.train.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    ids = tokenizer('<tool_call>[]</tool_call> and more', add_special_tokens=False)["input_ids"]
+    cut = cut_ids_after(ids, tokenizer, "</tool_call>")
+    assert tokenizer.decode(cut).endswith("</tool_call>") and "more" not in tokenizer.decode(cut)
+    assert "</tool_call>" not in tokenizer.decode(cut[:-1])
+    plain = tokenizer("no call here", add_special_tokens=False)["input_ids"]
+    assert cut_ids_after(plain, tokenizer, "</tool_call>") == plain
+
+
+def test_a_real_model_generates_with_the_stop_string():
+    import torch
+
+    from mrgrpo.train.agent_rollout import AgentRollout
+    from mrgrpo.train.tiny import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer)
+    trainer = _fake_trainer(tokenizer, model, [])
+    torch.manual_seed(0)
+    out = AgentRollout._generate(model, tokenizer, [[1, 2, 3], [4, 5]], 6, trainer, "</tool_call>")
+    assert len(out) == 2 and all(0 < len(ids) <= 6 for ids in out)

@@ -59,6 +59,14 @@ Call = tuple[str, dict[str, Any]]
 DEFAULT_WEIGHTS = {"utility": 1.0, "security": 1.0, "format": 0.2, "tool_use": 0.0}
 
 CALL_OPENING = '<tool_call>[{"name": "'  # how a call block starts (tool_choice "required" writes it)
+CALL_CLOSING = "</tool_call>"  # how a call block ends (stop_after_call ends the turn there)
+
+
+def cut_after_call(text: str) -> str:
+    """``text`` up to and including its first :data:`CALL_CLOSING` (all of it when it has none):
+    the turn a stop sequence on the closing tag would have generated."""
+    end = text.find(CALL_CLOSING)
+    return text if end < 0 else text[: end + len(CALL_CLOSING)]
 
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)

@@ -29,6 +29,10 @@ Scaffolds for small policies (each off by default; training and ``mrgrpo eval`` 
   writes the opening of a call block, ``<tool_call>[{"name": "``, after the generation prompt
   (it is part of the prompt, not trained on) and the policy continues it; ``auto``: the policy
   decides.
+* ``stop_after_call``: a turn ends at its first ``</tool_call>`` (a stop sequence, as vLLM's
+  ``stop`` would be set): the environment answers before the policy writes more. Without it a
+  small policy writes a made-up answer after its call in the same turn, before it has seen the
+  result. A turn then holds at most one block (several calls still fit in its list).
 
 Evaluation (``mrgrpo eval --task agentdojo``): benign utility, utility under attack and attack
 success rate per suite and overall (:func:`evaluate_agentdojo`).
@@ -46,10 +50,19 @@ from mrgrpo.records import mean
 from mrgrpo.rewards.agent import CALL_OPENING
 from mrgrpo.rewards.agentdojo_runtime import AgentItem
 from mrgrpo.tasks.base import Option, Task, TaskSpec, plain_text
-from mrgrpo.tasks.episodes import DEFAULT_MAX_TOOL_CHARS, DEFAULT_MAX_TURNS, Episode, Messages, Policy, episode_for, run_episodes
+from mrgrpo.tasks.episodes import (
+    DEFAULT_MAX_TOOL_CHARS,
+    DEFAULT_MAX_TURNS,
+    Episode,
+    Messages,
+    Policy,
+    episode_for,
+    run_episodes,
+    stopping_after_call,
+)
 from mrgrpo.tasks.registry import register_task
 
-ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars", "tool_choice")
+ROLLOUT_OPTIONS = ("max_turns", "max_turn_tokens", "max_tool_chars", "tool_choice", "stop_after_call")
 TOOL_CHOICES = ("auto", "required")
 
 
@@ -152,6 +165,7 @@ class AgentDojoTask(Task):
         "example_tasks": Option([], "the worked examples (few_shot per suite) as suite/user_task_N (default: the rule)"),
         "tools_hint": Option(False, "each request ends with the functions its ground truth calls (a scaffold)"),
         "tool_choice": Option("auto", "auto | required (the first turn starts with a call block's opening)"),
+        "stop_after_call": Option(False, "a turn ends at its first </tool_call>, as a stop sequence would (the tool answers first)"),
     }
     ground_truth = "user_task"
     rollout = "multi_turn"
@@ -280,6 +294,7 @@ class AgentDojoTask(Task):
         report = evaluate_agentdojo(policy, options["suites"], attack, "test", limit, options["max_turns"], listing,
                                     seed=spec.seed, fit_rows=fit_rows, keep_idle_passing=options["keep_idle_passing"],
                                     tools_hint=options["tools_hint"], tool_choice=options["tool_choice"],
+                                    stop_after_call=options["stop_after_call"],
                                     worked_examples=self.worked_examples(spec.few_shot, spec.seed, options),
                                     max_tool_chars=options["max_tool_chars"])
         metrics = {f"{suite}/{name}": value for suite, row in report["suites"].items() for name, value in row.items()}
@@ -304,6 +319,7 @@ def evaluate_agentdojo(
     tool_choice: str = "auto",
     worked_examples: dict[str, list[tuple[str, Messages]]] | None = None,
     max_tool_chars: int | None = DEFAULT_MAX_TOOL_CHARS,
+    stop_after_call: bool = False,
 ) -> dict[str, Any]:
     """Benign utility, utility under attack and attack success rate, per suite and overall.
 
@@ -319,7 +335,8 @@ def evaluate_agentdojo(
     user tasks per suite. Rates are over items; ``overall`` pools all suites' items.
     ``tools_hint``, ``tool_choice``, ``worked_examples`` (``{suite: [(user task, messages)]}``,
     :meth:`AgentDojoTask.worked_examples`; those user tasks are not evaluated) and
-    ``max_tool_chars``: the scaffolds of the module docstring, as in training.
+    ``max_tool_chars``: the scaffolds of the module docstring, as in training; ``stop_after_call``:
+    each turn of ``policy`` is cut after its first call block, as the training rollout stops there.
     """
     from mrgrpo.data import agentdojo as ad
     from mrgrpo.rewards import agentdojo_runtime as rt
@@ -329,6 +346,8 @@ def evaluate_agentdojo(
     suites = list(suites or rt.SUITES)
     attack = attack or rt.DEFAULT_ATTACK
     first = opening(tool_choice)
+    if stop_after_call:
+        policy = stopping_after_call(policy)
     shots = worked_examples or {}
     shown = [(suite, task) for suite, tasks in shots.items() for task, _ in tasks]
     chosen: list[AgentItem] = []

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrgrpo.rewards.agent import final_output, has_tool_call, parse_turn
+from mrgrpo.rewards.agent import cut_after_call, final_output, has_tool_call, parse_turn
 from mrgrpo.rewards.agentdojo_runtime import AgentItem, check_episode, execute_call, fresh_environment
 from mrgrpo.tasks.base import plain_text
 
@@ -217,3 +217,14 @@ def model_policy(
         return out
 
     return policy
+
+
+def stopping_after_call(policy: Policy) -> Policy:
+    """``policy`` with each turn cut after its first call block (``stop_after_call``): what a
+    stop sequence on ``</tool_call>`` gives, so the environment answers before the policy goes on."""
+    def stopped(conversations: list[Messages], openings: Sequence[str] | None = None) -> list[str]:
+        texts = policy(conversations, openings) if openings is not None else policy(conversations)  # type: ignore[call-arg]
+        return [cut_after_call(text) for text in texts]
+
+    return stopped
+

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrgrpo.rewards.agent import CALL_OPENING, final_output
+from mrgrpo.rewards.agent import CALL_CLOSING, CALL_OPENING, final_output
 from mrgrpo.tasks.episodes import Episode, Renderer, episode_for
 from mrgrpo.train import trl_compat
 
@@ -48,6 +48,9 @@ class AgentRollout:
         episode_factory: ``(row, max_turns, max_tool_chars) -> Episode`` (the task's; default AgentDojo's).
         tool_choice: ``auto`` or ``required``: the first turn starts with a call block's opening,
             which is part of the prompt (not trained on) and which the policy continues.
+        stop_after_call: a turn ends after its first ``</tool_call>`` (a stop sequence: what
+            follows is neither kept nor trained on), so the environment answers the call
+            before the policy writes anything more.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class AgentRollout:
         max_tool_chars: int | None = 1000,
         episode_factory: Any = None,
         tool_choice: str = "auto",
+        stop_after_call: bool = False,
     ) -> None:
         if tool_choice not in ("auto", "required"):
             raise ValueError(f"tool_choice must be auto or required, got {tool_choice!r}")
@@ -65,6 +69,7 @@ class AgentRollout:
         self.max_turns = max_turns
         self.max_turn_tokens = max_turn_tokens
         self.max_tool_chars = max_tool_chars
+        self.stop_after_call = stop_after_call
         self.__name__ = "agentdojo_rollout"
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
@@ -97,7 +102,8 @@ class AgentRollout:
                     s.episode.done = True
                     s.episode.final = final_output(s.episode.turns[-1]) if s.episode.turns else ""
                 break
-            generated = self._generate(model, tokenizer, [s.prompt_ids + s.completion_ids for s in active], budget, trainer)
+            generated = self._generate(model, tokenizer, [s.prompt_ids + s.completion_ids for s in active], budget, trainer,
+                                       CALL_CLOSING if self.stop_after_call else None)
             for state, ids in zip(active, generated):
                 ended = bool(ids) and ids[-1] in _eos_ids(tokenizer, model)
                 text = tokenizer.decode(ids, skip_special_tokens=True)
@@ -136,7 +142,11 @@ class AgentRollout:
         }
 
     @staticmethod
-    def _generate(model: Any, tokenizer: Any, inputs: list[list[int]], max_new_tokens: int, trainer: Any) -> list[list[int]]:
+    def _generate(model: Any, tokenizer: Any, inputs: list[list[int]], max_new_tokens: int, trainer: Any,
+                  stop: str | None = None) -> list[list[int]]:
+        """Each input's new token ids, up to its first eos (kept) or, with ``stop``, up to the
+        token that completes the first ``stop`` in the decoded text (kept; generation of the
+        batch ends once every row has stopped)."""
         import torch
 
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -153,6 +163,8 @@ class AgentRollout:
         }
         if args.top_k:
             kwargs["top_k"] = args.top_k
+        if stop is not None:
+            kwargs.update(stop_strings=[stop], tokenizer=tokenizer)
         was_training = model.training
         model.eval()
         try:
@@ -170,8 +182,18 @@ class AgentRollout:
                     break
             while ids and ids[-1] == pad and pad not in eos:
                 ids.pop()
-            result.append(ids)
+            result.append(ids if stop is None else cut_ids_after(ids, tokenizer, stop))
         return result
+
+
+def cut_ids_after(ids: list[int], tokenizer: Any, stop: str) -> list[int]:
+    """The shortest prefix of ``ids`` whose decoded text contains ``stop`` (all of ``ids`` when none does)."""
+    if stop not in tokenizer.decode(ids, skip_special_tokens=True):
+        return ids
+    for end in range(1, len(ids) + 1):
+        if stop in tokenizer.decode(ids[:end], skip_special_tokens=True):
+            return ids[:end]
+    return ids
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
