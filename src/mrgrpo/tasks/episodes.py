@@ -222,9 +222,9 @@ def model_policy(
 def stopping_after_call(policy: Policy) -> Policy:
     """``policy`` with each turn cut after its first call block (``stop_after_call``): what a
     stop sequence on ``</tool_call>`` gives, so the environment answers before the policy goes on."""
+
     def stopped(conversations: list[Messages], openings: Sequence[str] | None = None) -> list[str]:
         texts = policy(conversations, openings) if openings is not None else policy(conversations)  # type: ignore[call-arg]
         return [cut_after_call(text) for text in texts]
 
     return stopped
-
