@@ -187,13 +187,20 @@ class AgentRollout:
 
 
 def cut_ids_after(ids: list[int], tokenizer: Any, stop: str) -> list[int]:
-    """The shortest prefix of ``ids`` whose decoded text contains ``stop`` (all of ``ids`` when none does)."""
+    """The shortest prefix of ``ids`` whose decoded text contains ``stop`` (all of ``ids`` when none does).
+
+    A longer prefix's text extends a shorter one's, so "contains ``stop``" only turns on as the
+    prefix grows: a binary search over its length decodes O(log n) prefixes, not n."""
     if stop not in tokenizer.decode(ids, skip_special_tokens=True):
         return ids
-    for end in range(1, len(ids) + 1):
-        if stop in tokenizer.decode(ids[:end], skip_special_tokens=True):
-            return ids[:end]
-    return ids
+    low, high = 1, len(ids)  # the answer lies in [low, high]; the prefix of length high holds stop
+    while low < high:
+        middle = (low + high) // 2
+        if stop in tokenizer.decode(ids[:middle], skip_special_tokens=True):
+            high = middle
+        else:
+            low = middle + 1
+    return ids[:high]
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
