@@ -4,7 +4,7 @@ timing runs see the same inputs every time."""
 
 from __future__ import annotations
 
-from mrgrpo.rewards.code import CodeExecutor, Timing, _disturbed, _runs_needed, efficiency
+from mrgrpo.rewards.code import CodeExecutor, Timing, _disturbed, _runs_needed, _steady, efficiency
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, run, run_alone
 from mrgrpo.rewards.sandbox.child.wire import decode, encode
 from mrgrpo.rewards.sandbox.null import null_program
@@ -149,6 +149,7 @@ def test_a_program_timed_in_a_window_slowed_throughout_is_not_scored(monkeypatch
     from mrgrpo.rewards import get_suite
 
     monkeypatch.setattr(code, "_disturbed", lambda window, history: True)  # every window slowed down
+    monkeypatch.setattr(code, "_steady", lambda window: False)  # and unevenly
     suite = get_suite("code", components=("efficiency",), min_reference_s=0.0)
     heavy = "def check(candidate):\n    assert candidate(100000) == %d\n" % sum(range(100000))
     reference = "def f(n):\n    t = 0\n    for i in range(n):\n        t += i\n    return t\n"
@@ -158,3 +159,76 @@ def test_a_program_timed_in_a_window_slowed_throughout_is_not_scored(monkeypatch
     assert suite.components[0](["p"], [reference + "# copy\n"], **columns) == [None]  # abstains
     timing = next(t for k, t in state.executor._timings.items() if k[0] is False)
     assert timing.disturbed
+
+
+def test_a_steady_window_is_one_whose_runs_agree():
+    def runs(*times):
+        return [Result(Verdict.PASSED, cpu_time=t) for t in times]
+
+    assert _steady(runs(0.036, 0.038, 0.040))  # one spell, one speed
+    assert not _steady(runs(0.036, 0.021, 0.038))  # the spell broke off in between
+    assert not _steady(runs(0.036))  # nothing to compare
+    assert not _steady(runs(0.036, 0.036) + [Result(Verdict.FAILED, cpu_time=0.036)])
+
+
+class ScriptedClock:
+    """``run_alone`` with CPU times from a script: per job kind, the times its runs take in turn."""
+
+    def __init__(self, jobs: dict, times: dict):
+        self.kind = {id(job): kind for kind, job in jobs.items()}
+        self.times = {kind: list(ts) for kind, ts in times.items()}
+
+    def __call__(self, jobs, repeats=1, **kwargs):
+        out = []
+        for job in jobs:
+            kind = self.kind.get(id(job), "null")
+            out.append([Result(Verdict.PASSED, cpu_time=self.times[kind].pop(0)) for _ in range(max(1, repeats))])
+        return out
+
+
+def scripted_executor(monkeypatch, times: dict, programs: int = 1):
+    import mrgrpo.rewards.code as code
+
+    reference = Job("def f(n):\n    return n\n", "def check(candidate):\n    assert candidate(1) == 1\n", "humaneval", "f", LIMITS)
+    gens = [Job(reference.program + f"# program {i}\n", reference.tests, "humaneval", "f", LIMITS) for i in range(programs)]
+    executor = CodeExecutor(LIMITS)
+    null = Job("pass\n", "", "humaneval", None, LIMITS)
+    monkeypatch.setattr(code, "null_job", lambda job, record: null)
+    clock = ScriptedClock({"ref": reference, "null": null, **{f"gen{i}": g for i, g in enumerate(gens)}}, times)
+    monkeypatch.setattr(code, "run_alone", clock)
+    executor.timings([reference], reference=True)
+    executor.nulls([reference])
+    return executor, reference, gens
+
+
+def test_a_window_slowed_evenly_throughout_is_compared_within_itself(monkeypatch):
+    """History: 7 runs at 20 ms. The program's window is one spell at 1.6x: the reference at
+    32-33 ms, the program (half the work) at 16-16.5 ms. Against the history's best it would
+    look 20% faster; within its window it is 50% faster, as it is."""
+    times = {"ref": [0.020] * 7 + [0.032, 0.0325, 0.033, 0.032], "null": [0.0] * 7 + [0.0] * 3,
+             "gen0": [0.016, 0.0165, 0.016]}
+    executor, reference, [gen] = scripted_executor(monkeypatch, times)
+    r, n, g = executor.time_against([(reference, gen)])[0]
+    assert not g.disturbed and r.best == 0.032 and r.repeats == 4  # the window's own reference runs
+    assert abs(efficiency(g.best, r.best, n.best) - 0.5) < 1e-9
+
+
+def test_a_window_slowed_unevenly_throughout_abstains(monkeypatch):
+    times = {"ref": [0.020] * 7 + [0.032, 0.042, 0.033, 0.036], "null": [0.0] * 10, "gen0": [0.016, 0.0165, 0.016]}
+    executor, reference, [gen] = scripted_executor(monkeypatch, times)
+    r, n, g = executor.time_against([(reference, gen)])[0]
+    assert g.disturbed  # no unslowed reference run, and the runs disagree: no fair comparison
+
+
+def test_a_program_is_compared_with_the_reference_as_it_stood_in_its_window(monkeypatch):
+    """Every run so far in the slow band (36 ms, the program 18 ms): the first program is compared
+    with that. The second program's window reaches the fast band (20 ms): a better best, which
+    the first program, timed before it, is not held against (the second gets the 9 rounds the
+    reference's newly slowed history asks for)."""
+    times = {"ref": [0.036] * 7 + [0.036] * 4 + [0.036] + [0.020] * 9, "null": [0.0] * 19,
+             "gen0": [0.018] * 3, "gen1": [0.018] + [0.010] * 8}
+    executor, reference, gens = scripted_executor(monkeypatch, times, programs=2)
+    (r0, n0, g0), (r1, n1, g1) = executor.time_against([(reference, gens[0]), (reference, gens[1])])
+    assert r0.best == 0.036 and abs(efficiency(g0.best, r0.best, n0.best) - 0.5) < 1e-9
+    assert r1.best == 0.020 and abs(efficiency(g1.best, r1.best, n1.best) - 0.5) < 1e-9
+    assert executor.time_against([(reference, gens[0])])[0][0].best == 0.036  # cached with its window

@@ -214,7 +214,10 @@ class Timing:
     ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
     ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
     repeat did not pass. ``disturbed``: a program's timing made in a window where every
-    reference run alongside was slowed down: efficiency abstains."""
+    reference run alongside was slowed down, unevenly: efficiency abstains. ``against``: the
+    ``(reference, null program)`` timings a program's timing is compared with: the cached ones
+    as they stood at the end of its window (a later window's faster run is not held against
+    it), or, where one slowdown covered its whole window evenly (a spell), that window's alone."""
 
     best: float | None
     median: float | None
@@ -223,6 +226,7 @@ class Timing:
     clock: str = "cpu"
     times: tuple[float, ...] = ()
     disturbed: bool = False
+    against: tuple[Timing, Timing] | None = None
 
     @classmethod
     def of(cls, results: Sequence[Result]) -> Timing:
@@ -376,8 +380,11 @@ class CodeExecutor:
         program take the new runs in (their best only ever falls towards the uncontended time).
         Where the reference's runs show that the machine slows runs down (more than :data:`FAIR`
         x its best), the program gets more rounds (up to ``extra_repeats`` more:
-        :func:`_runs_needed`); a window in which no reference run was unslowed marks the
-        program's timing ``disturbed`` (efficiency abstains)."""
+        :func:`_runs_needed`). A window in which no reference run was unslowed is compared within
+        itself where the slowdown was even (:func:`_steady`: every reference run and every run of
+        the program within :data:`FAIR` x the window's own best; the program's Timing carries the
+        window's reference and null timings in ``against``); otherwise the program's timing is
+        ``disturbed`` (efficiency abstains)."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -412,21 +419,30 @@ class CodeExecutor:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
+                timing = Timing.of(got["gen"])
+                against = (self._timings.get(ref_key, Timing(None, None, None, 0)),
+                           self._timings.get(null_key, Timing(None, None, None, 0)))
                 disturbed = _disturbed(got["ref"], before)
-                self._timings[key] = dataclasses.replace(Timing.of(got["gen"]), disturbed=disturbed)
+                if disturbed and _steady(got["ref"]) and _steady(got["gen"]):
+                    # one spell slowed the whole window evenly: its runs compare with each other
+                    disturbed, against = False, (Timing.of(got["ref"]), Timing.of(got["null"]))
+                self._timings[key] = dataclasses.replace(timing, disturbed=disturbed, against=against)
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
                 for k in keys:
                     self._timings.setdefault(k, Timing(None, None, None, 0))
                     self._timings.move_to_end(k)
-                out.append(tuple(self._timings[k] for k in keys))
+                ref_timing, null_timing, timing = (self._timings[k] for k in keys)
+                out.append((*timing.against, timing) if timing.against else (ref_timing, null_timing, timing))
             self._trim()
         return out  # type: ignore[return-value]
 
 
-#: A reference run is *unslowed* when it took at most this factor of the reference's best.
-FAIR = 1.10
+#: A reference run is *unslowed* when it took at most this factor of the reference's best. Runs
+#: of one program on a 2-vCPU VM fall in two bands: near the uncontended time (spread up to
+#: ~1.2x among themselves) and ~1.6x slower (a run shares its core); 1.25 splits them.
+FAIR = 1.25
 #: The chance, as the reference's runs estimate it, that every run of a program was slowed down
 #: (so that its minimum is not its unslowed time) that the number of rounds keeps under.
 MISS = 0.05
@@ -456,6 +472,15 @@ def _runs_needed(window: Sequence[Result], history: Timing | None, repeats: int)
     if unslowed >= 1.0:
         return repeats
     return max(repeats, math.ceil(math.log(MISS) / math.log(1.0 - unslowed)))
+
+
+def _steady(window: Sequence[Result]) -> bool:
+    """At least two runs, all passed, each within :data:`FAIR` x the window's own best: the
+    machine ran them at one speed (a spell that slows runs down slows them by one factor)."""
+    times = [r.cpu_time for r in window]
+    if len(times) < 2 or None in times or not all(r.passed for r in window):
+        return False
+    return max(times) <= FAIR * min(times)  # type: ignore[type-var, operator]
 
 
 def _disturbed(window: Sequence[Result], history: Timing | None) -> bool:
