@@ -345,3 +345,55 @@ def test_a_real_model_generates_with_the_stop_string():
     torch.manual_seed(0)
     out = AgentRollout._generate(model, tokenizer, [[1, 2, 3], [4, 5]], 6, trainer, "</tool_call>")
     assert len(out) == 2 and all(0 < len(ids) <= 6 for ids in out)
+
+
+class _PromptScriptedModel(_ScriptedModel):
+    """A stand-in LM whose next turn for each sequence is ``script(text so far)``."""
+
+    def __init__(self, tokenizer, script) -> None:
+        super().__init__(tokenizer, [])
+        self.script = script
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        import torch
+
+        rows = []
+        for row, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+            text = self.tokenizer.decode([t for t, m in zip(row, mask) if m], skip_special_tokens=True)
+            ids = self.tokenizer(self.script(text), add_special_tokens=False)["input_ids"][: max_new_tokens - 1]
+            rows.append(ids + [self.tokenizer.eos_token_id])
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        new = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, new], dim=1)
+
+
+def test_each_episode_gets_its_own_room_in_the_completion_not_the_batch_shortest():
+    """One episode reads a long tool result and has 3 tokens left for its answer; the episode beside
+    it in the batch, with a short result, still gets its whole answer (as it would alone)."""
+    from mrgrpo.train.agent_rollout import AgentRollout
+    from mrgrpo.train.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    answer = "You spent 200 on the gift, as the transactions show."
+    long_call = _block([("get_most_recent_transactions", {"n": 100})])
+    short_call = _block([("get_balance", {})])
+
+    def script(text):
+        if "get_most_recent_transactions: " in text or "get_balance: " in text:
+            return answer
+        return long_call if "New Year" in text else short_call
+
+    rows = [ad.item_row(rt.AgentItem("banking", task), system_prompt="Use tools.") for task in ("user_task_7", "user_task_1")]
+
+    def rollout(batch, limit):
+        return AgentRollout(max_turns=3, max_turn_tokens=200, max_tool_chars=300)(
+            [r["prompt"] for r in batch], _fake_trainer(tokenizer, _PromptScriptedModel(tokenizer, script), batch, limit))
+
+    alone = rollout(rows[:1], 3000)["completion_ids"][0]
+    before_answer = len(alone) - len(tokenizer(answer, add_special_tokens=False)["input_ids"]) - 1
+    limit = before_answer + 3
+    together = rollout(rows, limit)
+    cut, full = (json.loads(t)["final"] for t in together["agent_trace"])
+    assert len(together["completion_ids"][0]) <= limit and answer.startswith(cut) and cut != answer
+    assert full == answer and together["completion_ids"][1] == rollout(rows[1:], limit)["completion_ids"][0]

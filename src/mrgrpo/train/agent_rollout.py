@@ -43,7 +43,8 @@ class AgentRollout:
     Args:
         max_turns: assistant turns per episode.
         max_turn_tokens: new tokens per turn (the whole completion is also capped at the
-            trainer's ``max_completion_length``).
+            trainer's ``max_completion_length``: each episode's turn gets what its own
+            completion has left, whatever the other episodes of the batch have used).
         max_tool_chars: tool results are cut to this many characters (``None``: never).
         episode_factory: ``(row, max_turns, max_tool_chars) -> Episode`` (the task's; default AgentDojo's).
         tool_choice: ``auto`` or ``required``: the first turn starts with a call block's opening,
@@ -96,15 +97,19 @@ class AgentRollout:
             active = [s for s in states if not s.episode.done]
             if not active:
                 break
-            budget = min(self.max_turn_tokens, min(limit - len(s.completion_ids) for s in active))
-            if budget <= 0:
-                for s in active:
+            # each episode's own room (a long one in the batch must not cut the others' turns short)
+            rooms = [min(self.max_turn_tokens, limit - len(s.completion_ids)) for s in active]
+            for s, room in zip(active, rooms):
+                if room <= 0:  # the completion is full: the episode ends with what it has
                     s.episode.done = True
                     s.episode.final = final_output(s.episode.turns[-1]) if s.episode.turns else ""
+            active, rooms = [s for s in active if not s.episode.done], [r for r in rooms if r > 0]
+            if not active:
                 break
-            generated = self._generate(model, tokenizer, [s.prompt_ids + s.completion_ids for s in active], budget, trainer,
-                                       CALL_CLOSING if self.stop_after_call else None)
-            for state, ids in zip(active, generated):
+            generated = self._generate(model, tokenizer, [s.prompt_ids + s.completion_ids for s in active], max(rooms),
+                                       trainer, CALL_CLOSING if self.stop_after_call else None)
+            for state, ids, room in zip(active, generated, rooms):
+                ids = ids[:room]  # a sample cut at its room is a sample drawn with that limit
                 ended = bool(ids) and ids[-1] in _eos_ids(tokenizer, model)
                 text = tokenizer.decode(ids, skip_special_tokens=True)
                 state.completion_ids += ids
