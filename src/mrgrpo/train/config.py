@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from mrgrpo.errors import ConfigError
 from mrgrpo.keyvalue import parse_assignment, yaml_problem
 from mrgrpo.keyvalue import parse_value as parse_value  # the reader of one ``--set`` value
+from mrgrpo.train.precision import AUTO
 from mrgrpo.yaml_numbers import load_yaml
 
 # GRPOConfig fields mrgrpo sets itself from the top level of the config (one source of truth).
@@ -117,14 +118,19 @@ class TrainConfig(_Strict):
     )
     save_steps: int = Field(10, gt=0, description="checkpoint every N steps (and at the end)")
     seed: int = 0
-    trainer: dict[str, Any] = Field(default_factory=dict)
+    trainer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="GRPOConfig fields, passed through; bf16 may also be auto (the default: bfloat16 only where "
+        "the GPU or CPU computes it natively, mrgrpo.train.precision)",
+    )
 
     @field_validator("model")
     @classmethod
     def _known_model(cls, name: str) -> str:
-        from mrgrpo.train.presets import check_model_name
+        from mrgrpo.train.presets import check_model_name, check_trainable_source
 
         check_model_name(name)
+        check_trainable_source(name)  # quantized weights: refused before any data is prepared
         return name
 
     @field_validator("estimator")
@@ -149,6 +155,8 @@ class TrainConfig(_Strict):
             elif key not in known:
                 close = _close_matches(key, known)
                 problems.append(f"trainer.{key} is not a GRPOConfig field" + (f" (did you mean {close}?)" if close else ""))
+            elif key == "bf16" and value == AUTO:
+                continue  # resolved per machine when the run starts (mrgrpo.train.precision)
             else:
                 problem = _trainer_type_problem(key, value)
                 if problem:
@@ -242,6 +250,8 @@ def _trainer_type_problem(key: str, value: Any) -> str | None:
         hint = ""
         if isinstance(value, str) and isinstance(load_yaml(value) if value.strip() else None, (int, float)):
             hint = "; drop the quotes to give a number"
+        if key == "bf16":
+            expected = "expected auto, true or false"
         return f"trainer.{key}: {expected}, got {value!r} ({type(value).__name__}){hint}"
     return None
 

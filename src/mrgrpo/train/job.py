@@ -41,6 +41,7 @@ from typing import Any
 
 from mrgrpo.train.children import reaped_children
 from mrgrpo.train.config import ConfigError, TrainConfig, apply_overrides, validate_config
+from mrgrpo.train.precision import AUTO, Precision, resolve_bf16
 from mrgrpo.yaml_numbers import load_yaml
 from mrgrpo.train.rollout_log import RolloutLogger
 
@@ -157,7 +158,8 @@ def _record_resume(run_dir: Path, config: TrainConfig, checkpoint: Path, step: i
 
 
 def grpo_config(config: TrainConfig, run_dir: Path) -> Any:
-    """TRL's ``GRPOConfig``: mrgrpo's run settings, CPU defaults, then ``config.trainer``."""
+    """TRL's ``GRPOConfig``: mrgrpo's run settings, CPU defaults, then ``config.trainer``, with
+    ``bf16`` resolved for this machine (:func:`run_precision`)."""
     import torch
     from trl import GRPOConfig
 
@@ -170,8 +172,9 @@ def grpo_config(config: TrainConfig, run_dir: Path) -> Any:
         "log_completions": False,
     }
     if not torch.cuda.is_available():
-        settings.update({"use_cpu": True, "bf16": False, "fp16": False, "gradient_checkpointing": False})
+        settings.update({"use_cpu": True, "fp16": False, "gradient_checkpointing": False})
     settings.update(config.trainer)
+    settings["bf16"] = run_precision(config).bf16
     settings.update(
         {
             "output_dir": str(run_dir),
@@ -184,6 +187,15 @@ def grpo_config(config: TrainConfig, run_dir: Path) -> Any:
         return GRPOConfig(**settings)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"invalid trainer settings: {error}") from None
+
+
+def run_precision(config: TrainConfig) -> Precision:
+    """Whether the run trains in bfloat16 autocast, and why: ``trainer.bf16`` (``auto`` when unset)
+    resolved for this machine's GPU or CPU (:mod:`mrgrpo.train.precision`)."""
+    import torch
+
+    return resolve_bf16(config.trainer.get("bf16", AUTO), torch.cuda.is_available(),
+                        fp16=bool(config.trainer.get("fp16")))
 
 
 def build_suite(config: TrainConfig, tokenizer: Any) -> Any:
@@ -280,6 +292,7 @@ def run_train(
             raise ConfigError(f"{run_dir} already holds checkpoints: use --resume {run_dir} or another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     args = grpo_config(config, run_dir)
+    console.print(run_precision(config).line())
     if resume_plan is None:
         (run_dir / CONFIG_FILE).write_text(config.to_yaml())
     else:  # config.yaml stays the config the run started with; the resume is recorded

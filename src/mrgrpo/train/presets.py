@@ -17,8 +17,15 @@ exist (and is not shaped like a hub id) is an error that lists the presets.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import hashlib
 import importlib.util
+import io
 import json
+import os
+import shutil
+import tempfile
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +105,87 @@ def smollm2_dir() -> Path:
     return directory
 
 
+def cache_root() -> Path:
+    """Where mrgrpo keeps files it derives from installed packages: ``$MRGRPO_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/mrgrpo``, else ``~/.cache/mrgrpo``."""
+    explicit = os.environ.get("MRGRPO_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "mrgrpo"
+
+
+#: Bumped when what :func:`smollm2_float_copy` writes changes (an older copy is then ignored).
+SMOLLM2_COPY_FORMAT = 1
+
+
+def smollm2_float_copy() -> Path | None:
+    """A float32 safetensors copy of the SmolLM2 preset (model, generation config, tokenizer),
+    made once from the GGUF file under :func:`cache_root` and reused by every later load.
+
+    Reading the GGUF file costs ~10 s a pass (its reader walks the 49k-token vocabulary field by
+    field) and transformers reads it once for the config, the tokenizer and the weights each: a
+    load took ~44 s on 2 cores, against ~2 s from the copy. The copy holds exactly the de-quantized
+    weights and the converted tokenizer (a test checks both against a fresh GGUF load). It is
+    keyed by the GGUF file's size and mtime, the transformers release and
+    :data:`SMOLLM2_COPY_FORMAT`; it is written to a temporary directory and renamed into place,
+    so concurrent first loads are safe. ``None`` when the cache cannot be written (the caller
+    then de-quantizes in memory)."""
+    import transformers
+
+    gguf = smollm2_dir() / SMOLLM2_GGUF
+    stat = gguf.stat()
+    key = f"{stat.st_size}:{stat.st_mtime_ns}:{transformers.__version__}:{SMOLLM2_COPY_FORMAT}"
+    target = cache_root() / f"smollm2-135m-instruct-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    if (target / COPY_COMPLETE).is_file():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError:
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        model = _load_smollm2_gguf()
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=SMOLLM2_GGUF)
+        model.save_pretrained(str(staging))
+        tokenizer.save_pretrained(str(staging))
+        (staging / COPY_COMPLETE).write_text(json.dumps({"from": str(gguf), "key": key}) + "\n")
+        try:
+            staging.rename(target)
+        except OSError:  # another process made it first (or a stale incomplete copy is there)
+            if not (target / COPY_COMPLETE).is_file():
+                shutil.rmtree(target, ignore_errors=True)
+                staging.rename(target)
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+COPY_COMPLETE = "mrgrpo-copy.json"
+
+
+def _load_smollm2_gguf(**from_pretrained_kwargs: Any) -> Any:
+    """SmolLM2 de-quantized from the GGUF file, as a plain float model (:func:`dequantized_copy`)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        # the de-quantization draws a plain tqdm bar on stderr (no logging switch turns it off)
+        with contextlib.redirect_stderr(io.StringIO()):
+            model = AutoModelForCausalLM.from_pretrained(
+                str(smollm2_dir()), gguf_file=SMOLLM2_GGUF, **from_pretrained_kwargs
+            )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return dequantized_copy(model)
+
+
 def _fix_chatml_tokens(tokenizer: Any, model: Any | None) -> None:
     """The GGUF metadata names ``<|im_start|>`` as eos; the instruct model ends a turn with
     ``<|im_end|>``. Restore the original special tokens so generation stops at the end of turn."""
@@ -122,7 +210,11 @@ def load_tokenizer(name_or_path: str) -> Any:
 
         return build_tokenizer()
     if name_or_path.lower() in SMOLLM2_NAMES:
-        tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF)
+        copy_dir = smollm2_float_copy()
+        if copy_dir is not None:
+            tokenizer = AutoTokenizer.from_pretrained(str(copy_dir))
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF)
         _fix_chatml_tokens(tokenizer, None)
         return tokenizer
     check_model_name(name_or_path)
@@ -176,17 +268,12 @@ def load_model(name_or_path: str, seed: int = 0, tokenizer: Any = None, **from_p
         tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
         return LoadedModel(build_model(tokenizer, seed=seed), tokenizer, "tiny", chat=False)
     if name_or_path.lower() in SMOLLM2_NAMES:
-        directory = str(smollm2_dir())
-        from transformers.utils import logging as hf_logging
-
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # the GGUF de-quantization prints a long progress bar
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                directory, gguf_file=SMOLLM2_GGUF, **from_pretrained_kwargs
-            )
-        finally:
-            hf_logging.set_verbosity(verbosity)
+        copy_dir = smollm2_float_copy()
+        if copy_dir is not None:
+            model = AutoModelForCausalLM.from_pretrained(str(copy_dir), **from_pretrained_kwargs)
+        else:  # no writable cache: de-quantize the GGUF file in memory, as the copy was made
+            model = _load_smollm2_gguf(**from_pretrained_kwargs)
+        check_trainable(model, name_or_path)
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name_or_path)
         _fix_chatml_tokens(tokenizer, model)
         return LoadedModel(model, tokenizer, "smollm2-135m-instruct", chat=True)
@@ -198,11 +285,75 @@ def load_model(name_or_path: str, seed: int = 0, tokenizer: Any = None, **from_p
         raise ConfigError(
             f"model {name_or_path!r} could not be loaded as {where}: {_first_line(error)}; {_CHOICES}"
         ) from None
+    check_trainable(model, name_or_path)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     chat = getattr(tokenizer, "chat_template", None) is not None
     return LoadedModel(model, tokenizer, str(name_or_path), chat=chat)
+
+
+def dequantized_copy(model: Any) -> Any:
+    """``model`` as an ordinary float model, with no quantization state attached.
+
+    transformers de-quantizes GGUF weights to float on load, but from 5.17 on it also attaches a
+    GGUF quantizer (``hf_quantizer``, ``is_quantized``, ``config.quantization_config``), and
+    ``Trainer`` refuses to fine-tune any model so flagged. The weights are already plain tensors,
+    so they are copied into a new model of the same class built from the config without
+    ``quantization_config`` (public API only: construct, ``load_state_dict``; the global RNG is
+    left as it was). A model without such state (transformers < 5.17) is returned unchanged."""
+    import torch
+
+    if getattr(model, "hf_quantizer", None) is None and getattr(model.config, "quantization_config", None) is None:
+        return model
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    dtype = next(model.parameters()).dtype
+    with torch.random.fork_rng(devices=[]):  # construction draws random init weights: not the run's RNG
+        plain = type(model)(config).to(dtype)
+    plain.load_state_dict(model.state_dict(), strict=True)
+    plain.generation_config = copy.deepcopy(model.generation_config)
+    plain.train(model.training)
+    return plain
+
+
+def check_trainable(model: Any, name: str) -> None:
+    """Raise :class:`ConfigError` (one line, the cause and the fix) when ``Trainer`` could not
+    fine-tune ``model``: quantized weights without trainable adapters, or no trainable parameter."""
+    if getattr(model, "is_quantized", False) and not getattr(model, "_hf_peft_config_loaded", False):
+        quantizer = getattr(model, "hf_quantizer", None)
+        method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+        method = getattr(method, "value", method) or "an unknown method"
+        raise ConfigError(
+            f"model {name!r} is loaded quantized ({method}) with no trainable adapters, which Trainer cannot "
+            "fine-tune; give an unquantized (float) checkpoint, or drop the quantization settings from model_kwargs"
+        )
+    if not any(parameter.requires_grad for parameter in model.parameters()):
+        raise ConfigError(f"model {name!r} has no trainable parameter (every requires_grad is False); "
+                          "give a checkpoint whose weights can be trained")
+
+
+def check_trainable_source(name: str) -> None:
+    """Before anything loads: refuse a local model directory whose ``config.json`` declares
+    quantized weights (``quantization_config``), which Trainer cannot fine-tune without adapters.
+    Presets and hub ids pass (a preset always loads as a float model, :func:`dequantized_copy`;
+    a hub model is checked once loaded, :func:`check_trainable`)."""
+    if name == "tiny" or name.lower() in SMOLLM2_NAMES:
+        return
+    config = Path(name).expanduser() / "config.json"
+    if not config.is_file():
+        return
+    try:
+        quantization = json.loads(config.read_text()).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return  # an unreadable config is reported by the loader itself
+    if quantization:
+        method = quantization.get("quant_method", "an unknown method") if isinstance(quantization, dict) else "?"
+        raise ConfigError(
+            f"model {name!r} holds quantized weights ({method}, config.json quantization_config), which Trainer "
+            "cannot fine-tune without adapters; give an unquantized (float) checkpoint"
+        )
 
 
 def _first_line(error: BaseException) -> str:
