@@ -3,7 +3,10 @@
 # these machines; a floating torch would pull a multi-GB CUDA build), mrgrpo with every extra,
 # and everything else pinned in constraints.txt. `make test` also tests the other end of the
 # declared ranges: .venv-oldest holds the oldest supported torch, numpy, transformers and TRL
-# (constraints-oldest.txt) and runs the trainer parity and core tests there.
+# (constraints-oldest.txt) and runs the trainer parity and core tests there; .venv-newest holds
+# the newest releases inside the ranges that install here (constraints-newest.txt) and runs the
+# tests that touch transformers, TRL, accelerate, datasets and peft: presets, trainer, tasks and
+# a few steps of `mrgrpo train` on the demo and on a SmolLM2 config.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -25,8 +28,19 @@ OLDEST_TESTS := tests/estimators tests/test_diagnostics.py tests/test_core_purit
 	tests/train/test_parity.py tests/train/test_trl_settings.py tests/train/test_trl_compat.py
 OLDEST_SKIP := not test_every_scale_rewards_value and not test_normalize_then_sum_without_an_estimator \
 	and not test_compare_and_analyze_errors_are_one_line
+NEWEST := .venv-newest
+NEWEST_PY := $(NEWEST)/bin/python
+NEWEST_STAMP := $(NEWEST)/.installed
+# What the newest environment runs: everything that calls into the HF stack on a real path
+# (presets and the float SmolLM2 copy, config mapping onto GRPOConfig, the trainer and its
+# TRL internals check, tasks, the job) and the real-model runs (tests/train/test_smollm2.py: the
+# demo and a SmolLM2 config through `mrgrpo train`).
+NEWEST_TESTS := tests/train/test_presets.py tests/train/test_precision.py tests/train/test_config.py \
+	tests/train/test_trl_compat.py tests/train/test_trl_settings.py tests/train/test_parity.py \
+	tests/train/test_job.py tests/train/test_smollm2.py tests/tasks/test_train_tasks.py
 
-.PHONY: setup setup-oldest demo test test-pinned test-oldest test-fast bench lock lock-oldest clean
+.PHONY: setup setup-oldest setup-newest demo test test-pinned test-oldest test-newest test-fast bench lock lock-oldest \
+	lock-newest clean
 
 setup: $(STAMP)
 
@@ -47,16 +61,29 @@ $(OLDEST_STAMP): pyproject.toml constraints-oldest.txt Makefile
 	$(OLDEST_PY) -m pip install -q -c constraints-oldest.txt -e ".[trl,math,dev]"
 	touch $(OLDEST_STAMP)
 
+setup-newest: $(NEWEST_STAMP)
+
+$(NEWEST_STAMP): pyproject.toml constraints-newest.txt Makefile
+	test -x $(NEWEST_PY) || $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST_PY) -m pip install -q --upgrade "pip>=24"
+	$(NEWEST_PY) -m pip install -q $(TORCH)
+	$(NEWEST_PY) -m pip install -q -c constraints-newest.txt -e ".[all,dev]"
+	$(NEWEST_PY) -m pip install -q --no-deps -c constraints-newest.txt $(NO_DEPS)
+	touch $(NEWEST_STAMP)
+
 demo: setup
 	$(VENV)/bin/mrgrpo train
 
-test: test-pinned test-oldest
+test: test-pinned test-oldest test-newest
 
 test-pinned: setup
 	$(PY) -m pytest -q
 
 test-oldest: setup-oldest
 	$(OLDEST_PY) -m pytest -q -p no:cacheprovider $(OLDEST_TESTS) -k "$(OLDEST_SKIP)"
+
+test-newest: setup-newest
+	$(NEWEST_PY) -m pytest -q -p no:cacheprovider $(NEWEST_TESTS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
@@ -73,5 +100,17 @@ lock-oldest:
 	{ sed -n '/^#/p' constraints-oldest.txt; $(OLDEST_PY) -m pip freeze --exclude-editable | grep -v '^mrgrpo' \
 		| sed 's/^torch==.*/torch==2.13.0/'; } > constraints-oldest.tmp && mv constraints-oldest.tmp constraints-oldest.txt
 
+# Re-resolve the newest environment from scratch (the newest releases inside the declared ranges
+# that install here; torch stays the CPU build) and re-freeze it (its header comment stays first).
+lock-newest:
+	rm -rf $(NEWEST) && $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST_PY) -m pip install -q --upgrade "pip>=24"
+	$(NEWEST_PY) -m pip install -q $(TORCH)
+	$(NEWEST_PY) -m pip install -q -e ".[all,dev]"
+	$(NEWEST_PY) -m pip install -q --no-deps $(filter-out verl==%,$(NO_DEPS)) verl
+	{ sed -n '/^#/p' constraints-newest.txt; $(NEWEST_PY) -m pip freeze --exclude-editable | grep -v '^mrgrpo' \
+		| sed 's/^torch==.*/torch==2.13.0/'; } > constraints-newest.tmp && mv constraints-newest.tmp constraints-newest.txt
+	touch $(NEWEST_STAMP)
+
 clean:
-	rm -rf $(VENV) $(OLDEST) build dist src/*.egg-info
+	rm -rf $(VENV) $(OLDEST) $(NEWEST) build dist src/*.egg-info

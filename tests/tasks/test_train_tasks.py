@@ -18,13 +18,16 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RSS_LIMIT_KB = 4 * 1024 * 1024
-# Runs the CLI, then reports the process's peak RSS on stderr (children have their own).
+# Runs the CLI, then reports the process's peak RSS on stderr (children have their own): VmHWM,
+# not ru_maxrss, which Linux carries over from the parent across fork and exec (a test process
+# that loaded a model would lend the run its own peak).
 WRAPPER = (
-    "import resource, sys\n"
+    "import sys\n"
     "from mrgrpo.cli import main\n"
+    "from mrgrpo.train.profiling import trainer_max_rss_mb\n"
     "sys.argv = ['mrgrpo', *sys.argv[1:]]\n"
     "try:\n    main()\n"
-    "finally:\n    print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    "finally:\n    print('MAXRSS_KB', int(trainer_max_rss_mb() * 1024), file=sys.stderr)\n"
 )
 
 

@@ -132,7 +132,7 @@ def test_trainer_type_errors_are_one_line_naming_the_key():
     assert "\n" not in message
     assert "trainer.per_device_train_batch_size: input should be a valid integer" in message and "'eight'" in message
     assert "drop the quotes" in _error({"trainer": {"learning_rate": "1e-5"}})
-    assert "expected true or false, got 'yes'" in _error({"trainer": {"bf16": "yes"}})
+    assert "expected auto, true or false, got 'yes'" in _error({"trainer": {"bf16": "yes"}})
     assert "trainer.learning_rate: NaN/infinity" in _error({"trainer": {"learning_rate": float("nan")}})
 
 

@@ -78,3 +78,14 @@ def test_tree_rss_counts_the_children():
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_trainer_peak_is_its_own_not_the_parents_it_was_started_from():
+    # Linux carries ru_maxrss over fork and exec: a run started by a process that once held a
+    # large resident set (a test runner that loaded a model) must not report that peak as its own.
+    ballast = bytearray(1200 * 2**20)
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])  # touch every page: resident
+    code = "from mrgrpo.train.profiling import trainer_max_rss_mb; print(trainer_max_rss_mb())"
+    peak_mb = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    del ballast
+    assert 0 < peak_mb < 900  # importing transformers alone takes ~350 MB

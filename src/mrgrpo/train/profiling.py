@@ -28,7 +28,7 @@ complete; the step's ``metrics.jsonl`` line carries the phases known when it is 
 Memory: a background thread samples, every ``interval`` seconds, the resident set of this
 process and of every descendant (``/proc/<pid>/statm``, cheap) and keeps the largest sum per
 step and per run (``peak_rss_mb``); ``trainer_max_rss_mb`` is the kernel's exact high-water
-mark of the trainer process alone (``ru_maxrss``). A forked worker (AgentDojo's scoring pool)
+mark of the trainer process alone (``VmHWM``). A forked worker (AgentDojo's scoring pool)
 shares its parent's pages, and RSS counts them in both, so the sum is an upper bound on the
 memory the job really holds. Linux only (elsewhere the memory fields are ``None``).
 """
@@ -132,7 +132,18 @@ def _mb(value: int | None) -> float | None:
 
 
 def trainer_max_rss_mb() -> float | None:
-    """The kernel's high-water mark of this process's resident set (Linux reports KiB)."""
+    """The kernel's high-water mark of this process's resident set, in MiB.
+
+    ``VmHWM`` of ``/proc/self/status``: it belongs to the address space, which ``execve`` makes
+    anew. ``ru_maxrss`` is the fallback only: Linux carries it over from the parent across fork
+    and exec, so a run started by a large process (a test runner holding a model) would report the
+    parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     except (OSError, AttributeError):  # pragma: no cover - not Linux
