@@ -136,17 +136,35 @@ def test_the_smollm2_preset_is_a_float_model_the_trainer_accepts(tmp_path):
     assert trainer.model is loaded.model
 
 
-@pytest.mark.slow
 @_needs_smollm2
-def test_the_float_copy_holds_exactly_what_the_gguf_file_holds(monkeypatch, tmp_path):
-    # a fresh cache: the copy is made here, then compared with a fresh read of the GGUF file
-    monkeypatch.setenv("MRGRPO_CACHE_DIR", str(tmp_path / "cache"))
-    from transformers import AutoTokenizer
+def test_the_float_copy_is_made_once_in_place_and_leaves_nothing_else(monkeypatch, tmp_path):
+    # the conversion itself is stood in for by the tiny model (the real one is checked below)
+    import transformers
 
+    made = []
+
+    def convert(**kwargs):
+        made.append(kwargs)
+        return build_model(build_tokenizer(), seed=0)
+
+    monkeypatch.setenv("MRGRPO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(presets, "_load_smollm2_gguf", convert)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: build_tokenizer())
     copy_dir = presets.smollm2_float_copy()
     assert copy_dir is not None and copy_dir.parent == tmp_path / "cache"
-    assert presets.smollm2_float_copy() == copy_dir  # made once
-    loaded = load_model("smollm2")
+    assert (copy_dir / "model.safetensors").is_file() and (copy_dir / presets.COPY_COMPLETE).is_file()
+    assert presets.smollm2_float_copy() == copy_dir and len(made) == 1  # made once, then reused
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [copy_dir.name]  # no staging left behind
+    (copy_dir / presets.COPY_COMPLETE).unlink()  # an interrupted copy is not used: it is made again
+    assert presets.smollm2_float_copy() == copy_dir and len(made) == 2
+
+
+@pytest.mark.slow
+@_needs_smollm2
+def test_the_float_copy_holds_exactly_what_the_gguf_file_holds():
+    from transformers import AutoTokenizer
+
+    loaded = load_model("smollm2")  # from the copy (made now if this machine has none)
     reference = presets._load_smollm2_gguf()
     reference_tokenizer = AutoTokenizer.from_pretrained(str(presets.smollm2_dir()), gguf_file=presets.SMOLLM2_GGUF)
     presets._fix_chatml_tokens(reference_tokenizer, reference)
@@ -159,4 +177,3 @@ def test_the_float_copy_holds_exactly_what_the_gguf_file_holds(monkeypatch, tmp_
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
     assert loaded.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
         reference_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert sorted(p.name for p in tmp_path.joinpath("cache").iterdir()) == [copy_dir.name]  # no staging left
