@@ -169,6 +169,7 @@ def _payloads(
         "uid": uid,
         "stdlib": processes._interpreter()[1],
         "tmpfs_kb": limits.tmpfs_mb * 1024,
+        "tmpfs_inodes": max(64, int(limits.tmpfs_inodes)),
         "cpu_s": max(1, int(limits.cpu_s)),
         "fsize": limits.file_size_mb << 20,
         "nofile": limits.open_files,

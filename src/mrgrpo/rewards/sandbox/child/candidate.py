@@ -43,8 +43,9 @@ _AT_EVENTS = {
 }
 # How many levels below the working directory a directory fd's directory is looked for
 _AT_DEPTH = 64
-# Modules that write files without an audit event (readline's history, sqlite and dbm databases)
-_GUARDS_ONLY_MODULES = frozenset(("readline", "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm"))
+# Modules that write files without an audit event (readline's history, sqlite and dbm databases,
+# POSIX shared memory in /dev/shm: memory no limit counts, and state outliving the run)
+_GUARDS_ONLY_MODULES = frozenset(("readline", "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm", "_posixshmem"))
 
 
 def _install_guard(workdir, stdlib, guards_only):
