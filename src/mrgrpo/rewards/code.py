@@ -39,8 +39,9 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 and ``t_null`` over 7 runs plus those alternating with each program's (cached
                 per problem), each run alone (no other sandbox run in flight). ``None``
                 without a passing reference, when ``t_ref - t_null`` < ``min_reference_s``
-                (1 ms), or when every reference run alongside the program's was slowed down;
-                see docs/sandbox.md for the noise
+                (1 ms) or ``t_null`` > ``max_harness_share`` (0.10) of it (the most a program
+                serving the judge's pipe itself could gain), or when every reference run
+                alongside the program's was slowed down; see docs/sandbox.md for the noise
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -589,16 +590,27 @@ class CodeRewardState:
 
     ``min_reference_s``: ``efficiency`` is left unscored (``None``) for problems whose
     reference takes less beyond its null program (the timing cannot resolve them; see
-    docs/sandbox.md)."""
+    docs/sandbox.md). ``max_harness_share``: nor for those whose null program (the harness's
+    cost) takes more than this share of the reference's own work: a program that serves its
+    end of the judge's pipe itself pays less than the trusted server, and can gain at most
+    that share (``None``: no such bound; neither applies where ``min_reference_s`` is 0)."""
 
-    def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3):
+    def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3,
+                 max_harness_share: float | None = 0.10):
         self.executor = executor
         self.time_reference = time_reference
         self.min_reference_s = min_reference_s
+        self.max_harness_share = max_harness_share
 
     def resolves(self, reference: Timing, null: Timing) -> bool:
-        """The reference's time beyond its null program's is at least ``min_reference_s`` (or that is 0)."""
-        return not self.min_reference_s or (reference.best or 0.0) - _base(null, reference) >= self.min_reference_s
+        """The reference's time beyond its null program's is at least ``min_reference_s``, and the
+        null program's is at most ``max_harness_share`` of it (always, where ``min_reference_s`` is
+        0: every problem scored)."""
+        if not self.min_reference_s:
+            return True
+        base = _base(null, reference)
+        work = (reference.best or 0.0) - base
+        return work >= self.min_reference_s and (self.max_harness_share is None or base <= self.max_harness_share * work)
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -716,6 +728,7 @@ def code_suite(
     min_reference_s: float = 1e-3,
     extra_repeats: int = 6,
     cache_bytes: int = 128 << 20,
+    max_harness_share: float | None = 0.10,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
@@ -728,8 +741,11 @@ def code_suite(
     ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
     ``require_isolation`` also refuses a sandbox without a private root (namespaces).
     ``timing_repeats``, ``reference_repeats``, ``extra_repeats``, ``min_reference_s``: the efficiency timing (see
-    the module docstring and docs/sandbox.md). ``cache_size``, ``cache_bytes``: the bounds of the
-    result cache (entries, bytes), and of the timing cache.
+    the module docstring and docs/sandbox.md); ``max_harness_share``: ``efficiency`` abstains where
+    the harness's cost (the null program's time) exceeds this share of the reference's own work,
+    the most a program serving its own end of the judge's pipe could gain (docs/sandbox.md).
+    ``cache_size``, ``cache_bytes``: the bounds of the result cache (entries, bytes), and of the
+    timing cache.
     """
     components = tuple(components)
     executor = CodeExecutor(
@@ -738,7 +754,7 @@ def code_suite(
     )
     if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
         probe(require_isolation=require_isolation, allow_unisolated=allow_unisolated)
-    state = CodeRewardState(executor, "efficiency" in components, min_reference_s)
+    state = CodeRewardState(executor, "efficiency" in components, min_reference_s, max_harness_share)
     available = _components(state)
     unknown = [c for c in components if c not in available]
     if unknown:
