@@ -4,6 +4,10 @@
   ``TRANSFORMERS_OFFLINE=1`` are set here, before any test module imports ``huggingface_hub``,
   ``datasets`` or ``transformers``, and every subprocess a test starts inherits them: mrgrpo
   downloads nothing at run time, so a test that needed a download fails instead of fetching.
+* **One thread per xdist worker.** Under ``pytest -n N`` (``make test`` runs two workers on its
+  two cores) each worker, and every process it starts, computes with one thread
+  (``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` 1, set before any test imports torch): two workers of
+  two threads each on two cores make OpenMP wait for the busy core, several times slower.
 * **A skip cannot hide a broken install.** With ``CI=true`` (or ``1``/``yes``),
   ``pytest.importorskip`` of a module whose top-level package *is* installed, but which fails to
   import, fails the test instead of skipping it (:func:`importorskip`); tests that import an
@@ -22,6 +26,9 @@ import pytest
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 os.environ.update(OFFLINE)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_threads] = "1"
 
 _pytest_importorskip = pytest.importorskip
 

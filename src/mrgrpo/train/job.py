@@ -346,6 +346,7 @@ def run_train(
         estimator_options=config.estimator_options,
         correlation_ema=config.correlation_ema,
         diagnostics_every=config.diagnostics_every,
+        share_prompt=config.share_prompt,
         callbacks=[profiler, stop, log_cb, progress, rollout_log, ModelCardCallback(run_dir, config),
                    *(extra_callbacks or [])],
     )

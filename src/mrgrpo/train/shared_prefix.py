@@ -18,9 +18,13 @@ of one, take ``generate``'s own left-padded path.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch import Tensor
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 # Below this many shared tokens, one batched prefill costs about what the extra forward call does.
 MIN_SHARED_TOKENS = 32
@@ -72,3 +76,111 @@ def generate_sharing_prefix(model: Any, inputs: list[list[int]], pad: int, **gen
             **generate_kwargs,
         )
     return sequences, width
+
+
+def shared_row_groups(input_ids: Tensor, attention_mask: Tensor) -> list[tuple[list[int], int]]:
+    """Rows of ``[B, L]`` inputs grouped by a shared leading run of columns: ``[(rows, shared)]``.
+
+    A row joins the first group whose first row agrees with it (token and mask) on at least
+    :data:`MIN_SHARED_TOKENS` leading columns; ``shared`` is what every row of the group agrees
+    on, at most ``L − 1`` (each row keeps a column of its own). A group of one has ``shared`` 0.
+    """
+    same_token = (input_ids[:, None, :] == input_ids[None, :, :]) & (attention_mask[:, None, :] == attention_mask[None, :, :])
+    agree = same_token.long().cumprod(dim=-1).sum(dim=-1).tolist()  # [B, B] leading columns in common
+    width = input_ids.shape[1]
+    groups: list[tuple[list[int], int]] = []
+    for row in range(input_ids.shape[0]):
+        for index, (rows, shared) in enumerate(groups):
+            if agree[rows[0]][row] >= MIN_SHARED_TOKENS:
+                groups[index] = (rows + [row], min(shared, agree[rows[0]][row]) if len(rows) > 1 else agree[rows[0]][row])
+                break
+        else:
+            groups.append(([row], 0))
+    return [(rows, min(shared, width - 1) if len(rows) > 1 else 0) for rows, shared in groups]
+
+
+def _backbone_sharing_prefix(backbone: Any, original: Any) -> Any:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        # what a causal LM passes its backbone besides ids and mask is None/False here (no cache,
+        # positions from 0, no extra outputs); anything else takes the plain forward
+        others = {k for k, v in kwargs.items() if v is not None and v is not False} - {
+            "input_ids", "attention_mask", "use_cache", "return_dict"}
+        if args or input_ids is None or attention_mask is None or others or input_ids.shape[0] < 2:
+            return original(*args, **kwargs)
+        groups = shared_row_groups(input_ids, attention_mask)
+        if all(len(rows) == 1 for rows, _ in groups):
+            return original(*args, **kwargs)
+        hidden = [None] * input_ids.shape[0]
+        for rows, shared in groups:
+            ids, mask = input_ids[rows], attention_mask[rows]
+            if len(rows) == 1 or shared < MIN_SHARED_TOKENS:
+                states = original(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            else:
+                prefix = original(input_ids=ids[:1, :shared], attention_mask=mask[:1, :shared], use_cache=True)
+                cache = prefix.past_key_values
+                cache.batch_repeat_interleave(len(rows))
+                rest = original(input_ids=ids[:, shared:], attention_mask=mask, past_key_values=cache, use_cache=True)
+                shared_states = prefix.last_hidden_state.expand(len(rows), -1, -1)
+                states = torch.cat([shared_states, rest.last_hidden_state], dim=1)
+            for row, state in zip(rows, states):
+                hidden[row] = state
+        return BaseModelOutputWithPast(last_hidden_state=torch.stack(hidden))
+
+    return forward
+
+
+@contextmanager
+def prompt_shared_forward(model: Any) -> Iterator[bool]:
+    """Within the block, ``model``'s transformer backbone computes each group of rows that share a
+    leading run of columns (a GRPO group's prompt: its rollouts, left-padded alike) once for the
+    group, then each row's own columns on top of it (the shared part's key/value cache repeated
+    per row). Yields whether it is active.
+
+    The hidden states are the unshared computation's, row for row (up to float rounding: the
+    shared part runs at batch size 1), positions included (the model numbers columns from 0, pads
+    too, as without sharing); the gradient of the shared part is the sum of its rows' gradients,
+    as it is when each row recomputes it. Costs: the prompt's forward and backward once per group
+    instead of once per rollout. Inactive (the plain forward) where it cannot apply: a model with
+    gradient checkpointing (recomputation would re-run the cache), without a ``base_model``
+    backbone or a ``batch_repeat_interleave`` cache, or inputs other than ids and a mask.
+    """
+    unwrapped = getattr(model, "module", model)
+    backbone = getattr(unwrapped, "base_model", None)
+    if backbone is None or backbone is unwrapped or getattr(unwrapped, "is_gradient_checkpointing", False):
+        yield False
+        return
+    own = backbone.__dict__.get("forward")  # an instance-level forward (a hook's) is put back as it was
+    backbone.forward = _backbone_sharing_prefix(backbone, backbone.forward)
+    try:
+        yield True
+    finally:
+        if own is None:
+            del backbone.forward
+        else:
+            backbone.forward = own
+
+
+class PromptSharingMixin:
+    """Trainer mixin: with ``share_prompt=True`` the loss's forward passes compute a group's
+    prompt once (:func:`prompt_shared_forward` around TRL's
+    ``_get_per_token_logps_and_entropies``, named in :mod:`mrgrpo.train.trl_compat`).
+
+    It helps where a micro-batch holds several rollouts of one prompt
+    (``per_device_train_batch_size`` a multiple of ``num_generations``' share of it) and the
+    prompt is long against the completion; it needs gradient checkpointing off (the caller checks:
+    ``mrgrpo train`` refuses the pair). Off by default: the logps then equal stock TRL's bit for
+    bit; on, they agree to float rounding.
+    """
+
+    def __init__(self, *args: Any, share_prompt: bool = False, **kwargs: Any) -> None:
+        if not isinstance(share_prompt, bool):
+            raise TypeError(f"share_prompt must be true or false, got {share_prompt!r}")
+        self.share_prompt = share_prompt
+        super().__init__(*args, **kwargs)
+
+    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.share_prompt:
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)  # type: ignore[misc]
+        with prompt_shared_forward(self.accelerator.unwrap_model(model)):  # type: ignore[attr-defined]
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)  # type: ignore[misc]

@@ -57,6 +57,7 @@ from mrgrpo.estimators.registry import (
 )
 from mrgrpo.rewards.base import RewardSuite
 from mrgrpo.train import trl_compat
+from mrgrpo.train.shared_prefix import PromptSharingMixin
 
 GRPOTrainer, _ = trl_compat.import_grpo()
 
@@ -505,10 +506,11 @@ class MultiRewardMixin:
                 metrics[key].append(value)
 
 
-class MultiRewardGRPOTrainer(MultiRewardMixin, GRPOTrainer):
+class MultiRewardGRPOTrainer(MultiRewardMixin, PromptSharingMixin, GRPOTrainer):
     """A ``trl.GRPOTrainer`` whose advantages come from a registered mrgrpo estimator.
 
     A drop-in for ``GRPOTrainer``: an existing TRL script keeps its reward functions and its
     GRPOConfig and adds ``estimator=``/``estimator_options=`` (or ``suite=``). Arguments: see
-    :class:`MultiRewardMixin`.
+    :class:`MultiRewardMixin`; ``share_prompt=True`` computes each group's prompt once in the
+    loss's forward (:class:`~mrgrpo.train.shared_prefix.PromptSharingMixin`).
     """
