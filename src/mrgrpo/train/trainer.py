@@ -100,11 +100,18 @@ def reward_means(values: np.ndarray, weights: np.ndarray) -> tuple[list[float], 
     )
 
 
+#: ``frac_zero`` counts an advantage as zero below this fraction of the batch's largest ``|a|``
+#: (at least of 1): an estimator computing in float32 (TRL's rewards are float32) that
+#: batch-whitens leaves ~1e-8 where a constant group's rollouts get 0, which must still count.
+ZERO_ADVANTAGE_TOLERANCE = 1e-6
+
+
 def advantage_stats(advantages: np.ndarray, listed: list[float] | None = None) -> tuple[float, ...]:
-    """``(mean, std (ddof=1; 0 for one rollout), abs_mean, min, max, frac_zero (|a| < 1e-8))``
-    of a float64 ``[N]`` array (NaN for every entry when ``N = 0``); ``listed``: its
-    ``tolist()``, when the caller has it. The same numbers as numpy's ``mean``/``std``/...,
-    in fewer numpy calls (the reductions numpy's own run, each once)."""
+    """``(mean, std (ddof=1; 0 for one rollout), abs_mean, min, max, frac_zero)`` of a float64
+    ``[N]`` array (NaN for every entry when ``N = 0``); ``frac_zero``: the share with ``|a| <=``
+    :data:`ZERO_ADVANTAGE_TOLERANCE` ``· max(1, max |a|)``; ``listed``: its ``tolist()``, when
+    the caller has it. The same numbers as numpy's ``mean``/``std``/..., in fewer numpy calls
+    (the reductions numpy's own run, each once)."""
     a = advantages
     n = a.size
     if not n:
@@ -116,8 +123,10 @@ def advantage_stats(advantages: np.ndarray, listed: list[float] | None = None) -
         std = math.sqrt(float((deviation * deviation).sum()) / (n - 1))
     else:
         std = 0.0
-    zero = sum(1 for x in listed if -1e-8 < x < 1e-8)
-    return mean, std, float(np.abs(a).sum()) / n, float(a.min()), float(a.max()), zero / n
+    low, high = float(a.min()), float(a.max())
+    tolerance = ZERO_ADVANTAGE_TOLERANCE * max(1.0, -low, high)
+    zero = sum(1 for x in listed if -tolerance <= x <= tolerance)
+    return mean, std, float(np.abs(a).sum()) / n, low, high, zero / n
 
 
 #: File in each checkpoint directory holding estimator state carried across steps:
