@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import Tensor
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
@@ -99,6 +100,29 @@ def shared_row_groups(input_ids: Tensor, attention_mask: Tensor) -> list[tuple[l
     return [(rows, min(shared, width - 1) if len(rows) > 1 else 0) for rows, shared in groups]
 
 
+def _shared_prefix(original: Any, ids: Tensor, mask: Tensor) -> tuple[Tensor, Any]:
+    """The shared columns' hidden states ``[1, S, H]`` and key/value cache.
+
+    With gradients on, the forward runs under activation checkpointing: only its outputs (the
+    hidden states and the cache's keys and values, which every row's own columns attend to) are
+    kept, and backward recomputes the rest. A 700-token prompt's activations are ~1.5 GB in
+    float32 on SmolLM2-135M; recomputing them costs one forward of the prompt, once per group.
+    """
+    made: list[Any] = []
+
+    def forward(ids: Tensor, mask: Tensor) -> tuple[Tensor, ...]:
+        out = original(input_ids=ids, attention_mask=mask, use_cache=True)
+        if not made:  # the first run's cache is the one used; a recomputation's is dropped
+            made.append(out.past_key_values)
+        return (out.last_hidden_state,)
+
+    if not torch.is_grad_enabled():
+        (states,) = forward(ids, mask)
+    else:
+        (states,) = torch.utils.checkpoint.checkpoint(forward, ids, mask, use_reentrant=False)
+    return states, made[0]
+
+
 def _backbone_sharing_prefix(backbone: Any, original: Any) -> Any:
     def forward(*args: Any, **kwargs: Any) -> Any:
         input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
@@ -117,12 +141,10 @@ def _backbone_sharing_prefix(backbone: Any, original: Any) -> Any:
             if len(rows) == 1 or shared < MIN_SHARED_TOKENS:
                 states = original(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
             else:
-                prefix = original(input_ids=ids[:1, :shared], attention_mask=mask[:1, :shared], use_cache=True)
-                cache = prefix.past_key_values
+                prefix_states, cache = _shared_prefix(original, ids[:1, :shared], mask[:1, :shared])
                 cache.batch_repeat_interleave(len(rows))
                 rest = original(input_ids=ids[:, shared:], attention_mask=mask, past_key_values=cache, use_cache=True)
-                shared_states = prefix.last_hidden_state.expand(len(rows), -1, -1)
-                states = torch.cat([shared_states, rest.last_hidden_state], dim=1)
+                states = torch.cat([prefix_states.expand(len(rows), -1, -1), rest.last_hidden_state], dim=1)
             for row, state in zip(rows, states):
                 hidden[row] = state
         return BaseModelOutputWithPast(last_hidden_state=torch.stack(hidden))
