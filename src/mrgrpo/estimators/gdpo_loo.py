@@ -8,7 +8,7 @@ from torch import Tensor
 from mrgrpo.errors import InputError
 from mrgrpo.estimators._checks import check_bool
 from mrgrpo.estimators._multi import eps_option, given
-from mrgrpo.estimators.groups import Groups, batch_standardize, group_moments, make_groups
+from mrgrpo.estimators.groups import SAFE_SUM_SQ, Groups, batch_standardize, group_moments, make_groups
 from mrgrpo.estimators.registry import register_estimator
 
 #: A row whose downdated sum of squares (of the other rows) is below this share of its group's
@@ -44,41 +44,136 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
     def rows(per_group: Tensor | float) -> Tensor | float:  # a per-group statistic against the layout
         return per_group if isinstance(per_group, float) else groups.spread(per_group)
 
-    flagged = None
     if not leave_one_out:
-        a, s = d, moments.std(1)  # (per group)
-    elif isinstance(count, float) and count <= 2:  # every group of two: s = 0 (one other row)
-        a, s = d.mul_(2.0 if count == 2 else 0.0), 0.0
+        std = moments.std(1)
+        if moments.scale is not None:  # (extreme magnitudes: back to the rewards' units, in float64)
+            d, std = d / groups.spread(moments.scale), std / moments.scale
+        return d / rows(torch.where(std > 0, std + eps, torch.ones_like(std))), has_nan
+    if isinstance(count, float) and count <= 2:  # every group of two (or one): s = 0
+        return d.mul_(2.0 if count == 2 else 0.0) / (1.0 if moments.scale is None else groups.spread(moments.scale)), has_nan
+    others = count - 1
+    if isinstance(count, float):
+        factor, ratio = count / others, (count - 1) / (count * (count - 2))
+        base = rows(moments.sum_sq / (count - 2))
+        offset: Tensor | float = eps
     else:
-        others = count - 1
-        if isinstance(count, float):
-            factor, spread_ratio = count / others, (count - 1) / (count * (count - 2))
-            base = rows(moments.sum_sq / (count - 2))
-        else:
-            dof = count - 2
-            factor = torch.where(others > 0, count / others.clamp(min=1), torch.zeros_like(count))
-            # (n − 1)/(n(n − 2)), and M2/(n − 2), 0 where n <= 2
-            spread_ratio = torch.where(dof > 0, others / (count * dof.clamp(min=1)), torch.zeros_like(count))
-            base = rows(torch.where(dof > 0, moments.sum_sq / dof.clamp(min=1), torch.zeros_like(count)))
-        a = d.mul_(rows(factor))  # (in place: the centered values are not needed again)
-        # the others' variance (M2 − d·a)/(n − 2) = M2/(n − 2) − a²(n − 1)/(n(n − 2))
-        if isinstance(spread_ratio, float):
-            variance = torch.addcmul(base, a, a, value=-spread_ratio)
-        else:
-            variance = torch.addcmul(base, a * rows(spread_ratio), a, value=-1.0)
-        flagged = variance < base * DOWNDATE_SHARE
-        s = variance.sqrt_()  # (NaN where the downdate went below 0: only flagged rows, replaced below)
-    if moments.scale is not None:  # (extreme magnitudes: back to the rewards' units, in float64)
-        unit = groups.spread(moments.scale)
-        a, s = a / unit, rows(s) / unit
-    if flagged is not None and bool(flagged.any()):
-        s = torch.where(flagged, _others_std(rewards, groups, flagged).to(a.dtype), s)
-    if isinstance(s, float):
-        return a, has_nan
-    if s.shape != a.shape:  # a per-group std (no leave-one-out)
-        return a / rows(torch.where(s > 0, s + eps, torch.ones_like(s))), has_nan
-    zero = s == 0
-    return a.div_(s.add_(eps).masked_fill_(zero, 1.0)), has_nan
+        dof = count - 2
+        factor = torch.where(others > 0, count / others.clamp(min=1), torch.zeros_like(count))
+        # (n − 1)/(n(n − 2)) and M2/(n − 2), 0 where n <= 2 (then s = 0)
+        ratio = rows(torch.where(dof > 0, others / (count * dof.clamp(min=1)), torch.zeros_like(count)))
+        base = rows(torch.where(dof > 0, moments.sum_sq / dof.clamp(min=1), torch.zeros_like(count)))
+        # s + eps, or 1 where a group has two scored entries (s = 0: one other row)
+        offset = rows(torch.where(dof > 0, torch.full_like(count, eps), torch.ones_like(count)))
+    a = d.mul_(rows(factor))  # (in place: the centered values are not needed again)
+    # the others' variance (M2 − d·a)/(n − 2) = M2/(n − 2) − a²(n − 1)/(n(n − 2)), and by how
+    # much it is below DOWNDATE_SHARE of M2/(n − 2) (> 0: recomputed from the others)
+    variance = torch.addcmul(base, a, a, value=-ratio) if isinstance(ratio, float) else base - a * a * ratio
+    deficit = torch.sub(base * DOWNDATE_SHARE, variance)
+    scale = None if moments.scale is None else groups.spread(moments.scale)
+    if scale is not None:  # (extreme magnitudes: back to the rewards' units, in float64)
+        a, variance = a / scale, variance / (scale * scale)
+    # A row with s = 0 needs no division: a = 0 there, except in a group of two (the offset is 1
+    # there) or where the others are all equal with the row apart (recomputed below).
+    scores = a / variance.sqrt_().add_(offset)  # (NaN where the downdate went below 0: recomputed too)
+    if eps == 0:
+        scores.nan_to_num_(nan=0.0)
+    _recompute_flagged(scores, a, deficit, rewards, groups, eps, has_nan)
+    return scores, has_nan
+
+
+def _recompute_flagged(
+    scores: Tensor, a: Tensor, deficit: Tensor, rewards: Tensor, groups: Groups, eps: float, has_nan: bool
+) -> None:
+    """Overwrite the ``scores`` (layout) of the entries with ``deficit > 0`` (at most one row per
+    group and component) with ``a / (s + eps)``, or ``a`` where ``s = 0``, ``s`` the unbiased
+    std of the group's other scored entries of that component with that row masked out.
+
+    Groups of one size without NaN (every trainer's batch) take the entries one by one as
+    rows of their group's column (:func:`_others_std`); other batches recompute the moments of
+    the groups that hold such an entry (:func:`_recompute_members`)."""
+    if groups.block_size is not None:
+        size = groups.block_size
+        per_column = deficit.amax(dim=1)  # [num_groups, K]
+        pairs = (per_column > 0).nonzero()
+        if not pairs.numel():
+            return
+        if not has_nan:
+            g, k = pairs[:, 0], pairs[:, 1]
+            row = deficit[g, :, k].argmax(dim=1)
+            std = _others_std(groups.rows(rewards)[g, :, k], row)
+            if std is not None:
+                scores[g, row, k] = _divide(a[g, row, k], std.to(a.dtype), eps)
+                return
+        chosen = pairs[:, 0].unique()
+        members = (chosen.unsqueeze(1) * size + torch.arange(size, device=chosen.device)).flatten()
+        _recompute_members(scores, a, deficit, rewards, groups, eps, members)
+        return
+    entries = (deficit > 0).nonzero()  # [E, 2]: (component, row)
+    if not entries.numel():
+        return
+    k, rows = entries[:, 0], entries[:, 1]
+    chosen = torch.zeros(groups.num_groups, dtype=torch.bool, device=rewards.device)
+    chosen[groups.index[rows]] = True
+    members = chosen[groups.index].nonzero().flatten()
+    blocks = None if has_nan else _member_blocks(groups, members)
+    if blocks is not None:
+        slot = torch.full((groups.num_groups,), -1, dtype=torch.int64, device=rewards.device)
+        slot[groups.index[blocks[:, 0]]] = torch.arange(blocks.shape[0], device=rewards.device)
+        columns = blocks[slot[groups.index[rows]]]  # [E, G]: the rows of each entry's group
+        std = _others_std(rewards[columns, k.unsqueeze(1)], (columns == rows.unsqueeze(1)).int().argmax(dim=1))
+        if std is not None:
+            scores[k, rows] = _divide(a[k, rows], std.to(a.dtype), eps)
+            return
+    _recompute_members(scores, a, deficit, rewards, groups, eps, members)
+
+
+def _member_blocks(groups: Groups, members: Tensor) -> Tensor | None:
+    """The rows ``members`` (whole groups of the index layout) as ``[C, G]``, one group a row,
+    where their groups all have one size ``G`` (else ``None``)."""
+    ids = groups.index[members]
+    sizes = groups.sizes[ids]
+    if not bool((sizes == sizes[0]).all()):
+        return None
+    return members[torch.argsort(ids, stable=True)].view(-1, int(sizes[0]))
+
+
+def _others_std(columns: Tensor, row: Tensor) -> Tensor | None:
+    """Unbiased std ``[E]`` of each row of ``columns`` ``[E, G]`` (``G >= 3``, no NaN) without
+    its entry ``row`` ``[E]``, from the values shifted by the largest of the others: every
+    shifted value is <= 0, so their sums do not cancel, and the others are all equal exactly
+    when they are all 0 (then the std is exactly 0). ``None`` where the squares leave the safe
+    window (extreme magnitudes): the caller takes the general path."""
+    own = torch.arange(columns.shape[1], device=columns.device) == row.unsqueeze(1)
+    high = columns.masked_fill(own, float("-inf")).amax(dim=1, keepdim=True)
+    shifted = (columns - high).masked_fill_(own, 0.0)
+    sums = shifted.sum(dim=1)
+    squares = (shifted * shifted).sum(dim=1)
+    low, top = SAFE_SUM_SQ[columns.dtype]
+    if not bool(squares.max() <= top) or bool(((squares < low) & (sums != 0)).any()):
+        return None
+    m = columns.shape[1] - 1  # the others
+    return ((squares - sums * sums / m).clamp_(min=0.0) / (m - 1)).sqrt_()
+
+
+def _divide(a: Tensor, std: Tensor, eps: float) -> Tensor:
+    """``a / (std + eps)`` where ``std > 0``, ``a`` where ``std = 0``."""
+    return a / torch.where(std > 0, std + eps, torch.ones_like(std))
+
+
+def _recompute_members(
+    scores: Tensor, a: Tensor, deficit: Tensor, rewards: Tensor, groups: Groups, eps: float, members: Tensor
+) -> None:
+    """:func:`_recompute_flagged` for the rows ``members`` (whole groups), in any layout."""
+    subset = make_groups(groups.index[members], members.numel(), device=rewards.device)
+    flat_scores = groups.unrows(scores)
+    flagged = groups.unrows(deficit)[members] > 0
+    moments = group_moments(rewards[members].masked_fill(flagged, float("nan")), subset)
+    std = subset.flat_groups(moments.std(1))
+    if moments.scale is not None:
+        std = std / subset.flat_groups(moments.scale)
+    std = subset.gather(std).to(scores.dtype)
+    exact = _divide(groups.unrows(a)[members], std, eps)
+    flat_scores[members] = torch.where(flagged, exact, flat_scores[members])
 
 
 def _uniform(count: Tensor, has_nan: bool) -> Tensor | float:
@@ -88,25 +183,6 @@ def _uniform(count: Tensor, has_nan: bool) -> Tensor | float:
         return count
     low, high = (float(v) for v in torch.aminmax(count))
     return low if low == high else count
-
-
-def _others_std(rewards: Tensor, groups: Groups, flagged: Tensor) -> Tensor:
-    """For the ``flagged`` entries (layout bool, at most one row per group and component):
-    the unbiased std of the group's other scored entries of that component, two-pass, in the
-    rewards' units; broadcast against the layout (other entries: undefined). Only the groups
-    with a flagged entry are looked at."""
-    flat = groups.unrows(flagged)  # [N, K]
-    with_flag = groups.flat_groups(groups.total(flagged.to(rewards.dtype)) > 0).any(dim=1)
-    members = groups.gather(with_flag).nonzero().flatten()
-    subset = make_groups(groups.index[members], members.numel(), device=rewards.device)
-    masked = rewards[members].masked_fill(flat[members], float("nan"))
-    moments = group_moments(masked, subset)
-    std = moments.std(1)
-    if moments.scale is not None:
-        std = std / moments.scale
-    per_group = torch.zeros(groups.num_groups, rewards.shape[1], dtype=std.dtype, device=rewards.device)
-    per_group[groups.index[members[subset.first]]] = subset.flat_groups(std)
-    return groups.spread(groups.layout_groups(per_group))
 
 
 def _validate(options: dict, num_components: int | None) -> None:
