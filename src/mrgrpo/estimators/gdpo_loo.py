@@ -69,12 +69,13 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
     # much it is below DOWNDATE_SHARE of M2/(n − 2) (> 0: recomputed from the others)
     variance = torch.addcmul(base, a, a, value=-ratio) if isinstance(ratio, float) else base - a * a * ratio
     deficit = torch.sub(base * DOWNDATE_SHARE, variance)
-    scale = None if moments.scale is None else groups.spread(moments.scale)
-    if scale is not None:  # (extreme magnitudes: back to the rewards' units, in float64)
-        a, variance = a / scale, variance / (scale * scale)
+    s = variance.sqrt_()  # (NaN where the downdate went below 0: recomputed below)
+    if moments.scale is not None:  # (extreme magnitudes: back to the rewards' units, in float64)
+        scale = groups.spread(moments.scale)
+        a, s = a / scale, s / scale
     # A row with s = 0 needs no division: a = 0 there, except in a group of two (the offset is 1
     # there) or where the others are all equal with the row apart (recomputed below).
-    scores = a / variance.sqrt_().add_(offset)  # (NaN where the downdate went below 0: recomputed too)
+    scores = a / s.add_(offset)
     if eps == 0:
         scores.nan_to_num_(nan=0.0)
     _recompute_flagged(scores, a, deficit, rewards, groups, eps, has_nan)
