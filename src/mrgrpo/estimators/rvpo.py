@@ -49,7 +49,8 @@ def soft_min(z: Tensor, p: Tensor, kappa: float, dim: int) -> Tensor:
     lowest = z_active.amin(dim=dim, keepdim=True)
     if per_row:
         lowest = torch.where(torch.isfinite(lowest), lowest, torch.zeros_like(lowest))  # (rows without any)
-    shifted = torch.add(lowest * kappa, z, alpha=-kappa)  # −κ (z − z_min) <= 0 where active
+    # −κ (z − z_min) <= 0 where active, exactly 0 at the minimum (a fused κ·z_min − κ·z is not)
+    shifted = torch.sub(z, lowest).mul_(-kappa)
     if active is not None:
         shifted = torch.where(active, shifted, torch.zeros_like(shifted))
     weights = p if per_row else (p if dim == 1 else p.unsqueeze(1))
