@@ -215,13 +215,14 @@ def gdpo_loo(
     Source: ``GDPOAdvantageEstimator`` of NVIDIA NeMo-RL (``nemo_rl/algorithms/
     advantage_estimator.py`` with ``calculate_baseline_and_std_per_prompt``), which follows
     GDPO (arXiv 2601.05242). Its ``use_leave_one_out_baseline`` defaults to true (this
-    ``leave_one_out``); the GDPO configs NeMo-RL ships set it to false.
+    ``leave_one_out``); its GDPO guide sets it to false.
 
     Args:
         rewards: ``[N, K]`` float32 or float64; NaN = not scored: left out of that component's
             baseline and std, and contributes 0 (NeMo-RL has no missing scores).
         groups: the grouping (groups of any size, in any order).
-        weights: ``[K]`` ``w_k``, used as given (any sign; NeMo-RL's ``reward_weights``).
+        weights: ``[K]`` ``w_k`` in the order of the components, used as given (any sign; NeMo-RL's
+            ``reward_weights``, which it orders by the components' names).
         leave_one_out: baseline and std from the other rows (default, NeMo-RL's default) or
             from the whole group.
         eps: added to ``s_ik`` where it is > 0 (NeMo-RL's 1e-6).
