@@ -43,9 +43,10 @@ def soft_min(z: Tensor, p: Tensor, kappa: float, dim: int) -> Tensor:
         z_active = torch.where(active, z, torch.full_like(z, float("inf")))
     else:
         active = None
-        z_active = z if bool((p > 0).all()) else z[:, p > 0] if dim == 1 else z[p > 0]
-        p = p if z_active is z else p[p > 0]
-        z = z_active
+        keep = p > 0
+        if not bool(keep.all()):  # (components of weight 0 take no part)
+            z, p = (z[:, keep] if dim == 1 else z[keep]), p[keep]
+        z_active = z
     lowest = z_active.amin(dim=dim, keepdim=True)
     if per_row:
         lowest = torch.where(torch.isfinite(lowest), lowest, torch.zeros_like(lowest))  # (rows without any)
