@@ -39,18 +39,32 @@ def graded_batch(seed, groups, size, shuffled):
     return rewards, ids
 
 
+@pytest.mark.parametrize("nan", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shuffled", [False, True])
 @pytest.mark.parametrize("size", [3, 4, 8])
-def test_groups_of_one_size_match_the_loop(rel_error, dtype, shuffled, size):
-    # (TRL's layout, and verl's with every prompt sampled G times: the entry-by-entry recomputation)
+def test_groups_of_one_size_match_the_loop(rel_error, dtype, shuffled, size, nan):
+    # (TRL's layout, and verl's with every prompt sampled G times: the entry-by-entry recomputation;
+    # with NaN, the recomputation of the moments of the groups concerned)
     rewards, ids = graded_batch(size, 120, size, shuffled)
+    if nan:
+        rewards[np.random.default_rng(size).random(rewards.shape) < 0.1] = np.nan
     rewards = rewards.astype(dtype)
     weights = [1.0, 0.5, -0.3, 2.0]
     for options in ({}, {"leave_one_out": False}, {"eps": 0.0}):
         ours = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, "gdpo_loo", weights, **options)
         expected = reference.gdpo_loo(rewards.astype(np.float64), list(ids), weights, **options)
         assert rel_error(ours, expected) <= (1e-6 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_ragged_groups_without_nan_match_the_loop(make_batch, rel_error, dtype):
+    rewards, ids, weights = make_batch(11, nan=False, positive_weights=False)
+    rewards[:, 1] = np.round(rewards[:, 1])  # (many rows whose others are all equal)
+    rewards = rewards.astype(dtype)
+    ours = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, "gdpo_loo", weights)
+    expected = reference.gdpo_loo(rewards.astype(np.float64), list(ids), weights)
+    assert rel_error(ours, expected) <= (1e-6 if dtype == np.float32 else 1e-12)
 
 
 def nemo_rl_gdpo(rewards, ids, weights, leave_one_out):
