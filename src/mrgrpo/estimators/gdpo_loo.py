@@ -65,10 +65,10 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
         # s + eps, or 1 where a group has two scored entries (s = 0: one other row)
         offset = rows(torch.where(dof > 0, torch.full_like(count, eps), torch.ones_like(count)))
     a = d.mul_(rows(factor))  # (in place: the centered values are not needed again)
-    # the others' variance (M2 − d·a)/(n − 2) = M2/(n − 2) − a²(n − 1)/(n(n − 2)), and by how
-    # much it is below DOWNDATE_SHARE of M2/(n − 2) (> 0: recomputed from the others)
+    # the others' variance (M2 − d·a)/(n − 2) = M2/(n − 2) − a²(n − 1)/(n(n − 2)), and how far
+    # it is above DOWNDATE_SHARE of M2/(n − 2) (below 0: recomputed from the others)
     variance = torch.addcmul(base, a, a, value=-ratio) if isinstance(ratio, float) else base - a * a * ratio
-    deficit = torch.sub(base * DOWNDATE_SHARE, variance)
+    excess = torch.sub(variance, base, alpha=DOWNDATE_SHARE)
     s = variance.sqrt_()  # (NaN where the downdate went below 0: recomputed below)
     if moments.scale is not None:  # (extreme magnitudes: back to the rewards' units, in float64)
         scale = groups.spread(moments.scale)
@@ -78,14 +78,14 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
     scores = a / s.add_(offset)
     if eps == 0:
         scores.nan_to_num_(nan=0.0)
-    _recompute_flagged(scores, a, deficit, rewards, groups, eps, has_nan)
+    _recompute_flagged(scores, a, excess, rewards, groups, eps, has_nan)
     return scores, has_nan
 
 
 def _recompute_flagged(
-    scores: Tensor, a: Tensor, deficit: Tensor, rewards: Tensor, groups: Groups, eps: float, has_nan: bool
+    scores: Tensor, a: Tensor, excess: Tensor, rewards: Tensor, groups: Groups, eps: float, has_nan: bool
 ) -> None:
-    """Overwrite the ``scores`` (layout) of the entries with ``deficit > 0`` (at most one row per
+    """Overwrite the ``scores`` (layout) of the entries with ``excess < 0`` (at most one row per
     group and component) with ``a / (s + eps)``, or ``a`` where ``s = 0``, ``s`` the unbiased
     std of the group's other scored entries of that component with that row masked out.
 
@@ -94,25 +94,26 @@ def _recompute_flagged(
     the groups that hold such an entry (:func:`_recompute_members`)."""
     if groups.block_size is not None:
         size = groups.block_size
-        per_column = deficit.amax(dim=1)  # [num_groups, K]
-        pairs = (per_column > 0).nonzero()
+        per_column = excess.amin(dim=1)  # [num_groups, K]
+        pairs = (per_column < 0).nonzero()
         if not pairs.numel():
             return
         if not has_nan:
             g, k = pairs[:, 0], pairs[:, 1]
-            row = deficit[g, :, k].argmax(dim=1)
+            row = excess[g, :, k].argmin(dim=1)
             std = _others_std(groups.rows(rewards)[g, :, k], row)
             if std is not None:
                 scores[g, row, k] = _divide(a[g, row, k], std.to(a.dtype), eps)
                 return
         chosen = pairs[:, 0].unique()
         members = (chosen.unsqueeze(1) * size + torch.arange(size, device=chosen.device)).flatten()
-        _recompute_members(scores, a, deficit, rewards, groups, eps, members)
+        _recompute_members(scores, a, excess, rewards, groups, eps, members)
         return
-    entries = (deficit > 0).nonzero()  # [E, 2]: (component, row)
-    if not entries.numel():
+    candidates = (excess.amin(dim=0) < 0).nonzero().flatten()  # (a pass over rows, then a few)
+    if not candidates.numel():
         return
-    k, rows = entries[:, 0], entries[:, 1]
+    entries = (excess[:, candidates] < 0).nonzero()  # [E, 2]: (component, candidate)
+    k, rows = entries[:, 0], candidates[entries[:, 1]]
     chosen = torch.zeros(groups.num_groups, dtype=torch.bool, device=rewards.device)
     chosen[groups.index[rows]] = True
     members = chosen[groups.index].nonzero().flatten()
@@ -125,7 +126,7 @@ def _recompute_flagged(
         if std is not None:
             scores[k, rows] = _divide(a[k, rows], std.to(a.dtype), eps)
             return
-    _recompute_members(scores, a, deficit, rewards, groups, eps, members)
+    _recompute_members(scores, a, excess, rewards, groups, eps, members)
 
 
 def _member_blocks(groups: Groups, members: Tensor) -> Tensor | None:
@@ -162,12 +163,12 @@ def _divide(a: Tensor, std: Tensor, eps: float) -> Tensor:
 
 
 def _recompute_members(
-    scores: Tensor, a: Tensor, deficit: Tensor, rewards: Tensor, groups: Groups, eps: float, members: Tensor
+    scores: Tensor, a: Tensor, excess: Tensor, rewards: Tensor, groups: Groups, eps: float, members: Tensor
 ) -> None:
     """:func:`_recompute_flagged` for the rows ``members`` (whole groups), in any layout."""
     subset = make_groups(groups.index[members], members.numel(), device=rewards.device)
     flat_scores = groups.unrows(scores)
-    flagged = groups.unrows(deficit)[members] > 0
+    flagged = groups.unrows(excess)[members] < 0
     moments = group_moments(rewards[members].masked_fill(flagged, float("nan")), subset)
     std = subset.flat_groups(moments.std(1))
     if moments.scale is not None:
