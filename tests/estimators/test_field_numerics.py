@@ -15,6 +15,8 @@ SCALE_FREE = {
     "saw": {"eps": 0.0, "delta": 0.0},
     "saw ": {"eps": 0.0, "delta": 0.0, "mode": "gdpo"},
     "constrained_grpo": {"eps": 0.0, "constraints": [2], "limits": [0.0], "init": 0.7},
+    "rvpo": {"eps": 0.0},
+    "rvpo ": {"eps": 0.0, "kappa": 0.0},
 }
 
 

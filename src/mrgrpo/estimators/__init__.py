@@ -4,7 +4,8 @@ One module per estimator; each registers itself on import. Use :func:`compute_ad
 """
 
 from mrgrpo.estimators import (  # noqa: F401  (registration)
-    constrained_grpo, corpo, corr_grpo, ddca, dr_grpo, dvao, gd2po, gdpo, grpo, mo_grpo, sa_corr_grpo, sa_mrpo, saw,
+    constrained_grpo, corpo, corr_grpo, ddca, dr_grpo, dvao, gd2po, gdpo, gdpo_loo, grpo, mo_grpo, rvpo, sa_corr_grpo,
+    sa_mrpo, saw,
 )
 from mrgrpo.estimators.corr_ema import corr_grpo_ema, update_correlation_state
 from mrgrpo.estimators.groups import Groups, make_groups

@@ -315,6 +315,62 @@ def update_multipliers(multipliers, rewards, costs, limits, lr) -> list[float]:
     return new
 
 
+
+def rvpo(rewards, group_ids, weights=None, kappa=1.0, eps=1e-6, ddof=1, batch_norm=True) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    z = _zscores(rewards, group_ids, eps, ddof)
+    scored = ~np.isnan(rewards).all(axis=1)
+    out = np.zeros(len(rewards))
+    for i in range(len(rewards)):
+        used = [k for k in range(rewards.shape[1]) if not np.isnan(rewards[i, k]) and w[k] > 0]
+        if not used:
+            continue
+        p = w[used] / w[used].sum()
+        if kappa <= 0:
+            out[i] = float(p @ z[i, used])
+        else:  # −(1/κ) log Σ p exp(−κ z), with the largest exponent taken out
+            exponents = np.log(p) - kappa * z[i, used]
+            top = exponents.max()
+            out[i] = -(top + np.log(np.exp(exponents - top).sum())) / kappa
+    return _whiten(out, scored, ddof, eps) if batch_norm else out
+
+
+def _others_baseline_std(values: list[float], leave_one_out: bool) -> list[tuple[float, float]]:
+    """(baseline, std) for each of one group's scored values of one component: the mean and
+    unbiased std of the other values (or of all of them); std 0 for fewer than two, or equal ones."""
+    out = []
+    for i in range(len(values)):
+        pool = [v for j, v in enumerate(values) if j != i] if leave_one_out else list(values)
+        shift = pool[0]
+        deviations = np.array([v - shift for v in pool])  # (relative to a member: exact for close values)
+        mean = shift + deviations.mean()
+        if len(pool) < 2 or all(v == pool[0] for v in pool):
+            out.append((mean, 0.0))
+        else:
+            out.append((mean, float(np.std(deviations, ddof=1))))
+    return out
+
+
+def gdpo_loo(rewards, group_ids, weights=None, leave_one_out=True, eps=1e-6, batch_norm=True) -> np.ndarray:
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    scored = ~np.isnan(rewards).all(axis=1)
+    out = np.zeros(len(rewards))
+    for rows in rows_by_group(group_ids).values():
+        for k in range(rewards.shape[1]):
+            seen = [r for r in rows if not np.isnan(rewards[r, k])]
+            if len(seen) < 2:
+                continue
+            values = [float(rewards[r, k]) for r in seen]
+            for r, x, (baseline, std) in zip(seen, values, _others_baseline_std(values, leave_one_out)):
+                a = x - baseline
+                out[r] += w[k] * (a / (std + eps) if std > 0 else a)
+    if not batch_norm:
+        return np.where(scored, out, 0.0)
+    return _whiten(out, scored, 1, 0.0)
+
+
 REFERENCES = {
     "grpo": grpo,
     "dr_grpo": lambda rewards, group_ids, weights=None: grpo(rewards, group_ids, weights, scale="none"),
@@ -329,4 +385,6 @@ REFERENCES = {
     "saw": saw,
     "ddca": ddca,
     "constrained_grpo": constrained_grpo,
+    "rvpo": rvpo,
+    "gdpo_loo": gdpo_loo,
 }
