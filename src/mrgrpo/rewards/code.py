@@ -39,8 +39,9 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 and ``t_null`` over 7 runs plus those alternating with each program's (cached
                 per problem), each run alone (no other sandbox run in flight). ``None``
                 without a passing reference, when ``t_ref - t_null`` < ``min_reference_s``
-                (1 ms), or when every reference run alongside the program's was slowed down;
-                see docs/sandbox.md for the noise
+                (1 ms) or ``t_null`` > ``max_harness_share`` (0.10) of it (the most a program
+                serving the judge's pipe itself could gain), or when every reference run
+                alongside the program's was slowed down; see docs/sandbox.md for the noise
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -59,6 +60,7 @@ import difflib
 import json
 import math
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -206,6 +208,19 @@ def _job_key(job: Job) -> tuple:
     return (job.program, tests, job.test_format, job.entry_point, job.context)
 
 
+def _footprint(key: tuple, *values: object) -> int:
+    """Bytes a cache entry keeps alive, counted from its strings and bytes (the key's program,
+    tests and context; a result's output and record), plus a fixed share for the objects."""
+    size = 512
+    for item in (*key, *values):
+        if isinstance(item, (str, bytes)):
+            size += sys.getsizeof(item)
+        elif isinstance(item, Result):
+            size += sum(sys.getsizeof(x) for x in (item.stdout, item.stderr, item.record, item.error_type)
+                        if isinstance(x, (str, bytes)))
+    return size
+
+
 @dataclass(frozen=True)
 class Timing:
     """Times (seconds) of repeated runs of one program, each run alone: the CPU time the kernel
@@ -249,7 +264,10 @@ class Timing:
 
 
 class CodeExecutor:
-    """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``.
+    """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``
+    entries and ``cache_bytes`` bytes (a result keeps up to ``Limits.output_bytes`` of each of
+    stdout and stderr, and a reference's record up to 256 KiB; each of the two caches, results
+    and timings with their records, stays under ``cache_bytes``).
 
     Timing for ``efficiency`` is separate, every run alone (no other sandbox run of this
     process in flight: :func:`mrgrpo.rewards.sandbox.run_alone`) and cached: a reference is
@@ -268,8 +286,13 @@ class CodeExecutor:
         timing_repeats: int = 3,
         reference_repeats: int = 7,
         extra_repeats: int = 6,
+        cache_bytes: int = 128 << 20,
     ):
         self.limits = limits or Limits()
+        self.cache_bytes = cache_bytes
+        self._sizes: dict[tuple, int] = {}  # bytes of each entry of _cache, and of _timings (+ its record)
+        self._cache_held = 0
+        self._timings_held = 0
         self.extra_repeats = extra_repeats
         self.workers = workers
         self.require_isolation = require_isolation
@@ -299,12 +322,15 @@ class CodeExecutor:
                 self.executions += len(todo)
                 for key, result in zip(todo, fresh):
                     self._cache[key] = result
+                    self._sizes[("result", key)] = size = _footprint(key, result)
+                    self._cache_held += size
             out = []
             for key in keys:
                 self._cache.move_to_end(key)
                 out.append(self._cache[key])
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            while self._cache and (len(self._cache) > self.cache_size or self._cache_held > self.cache_bytes):
+                key, _ = self._cache.popitem(last=False)
+                self._cache_held -= self._sizes.pop(("result", key), 0)
         return out
 
     def timings(self, jobs: Sequence[Job], reference: bool = False) -> list[Timing]:
@@ -325,6 +351,7 @@ class CodeExecutor:
                     self._timings[key] = Timing.of(results)
                     if reference:
                         self._records[key] = next((r.record for r in results if r.record), None)
+                    self._held(key)
             return self._cached(keys)
 
     def nulls(self, references: Sequence[Job]) -> list[Timing]:
@@ -349,6 +376,7 @@ class CodeExecutor:
                     self._timings[key] = Timing.of(results)
             for key in todo:
                 self._timings.setdefault(key, Timing(None, None, None, 0))
+                self._held(key)
             return self._cached(keys)
 
     def _cached(self, keys: Sequence[tuple]) -> list[Timing]:
@@ -360,10 +388,18 @@ class CodeExecutor:
         self._trim()
         return out
 
+    def _held(self, key: tuple) -> None:
+        """Count the bytes of timing entry ``key`` (its key's strings, its times, its record)."""
+        timing = self._timings.get(key)
+        size = _footprint(key, self._records.get(key)) + 16 * len(timing.times if timing is not None else ())
+        self._timings_held += size - self._sizes.get(("timing", key), 0)
+        self._sizes[("timing", key)] = size
+
     def _trim(self) -> None:
-        while len(self._timings) > self.cache_size:
+        while self._timings and (len(self._timings) > self.cache_size or self._timings_held > self.cache_bytes):
             key, _ = self._timings.popitem(last=False)
             self._records.pop(key, None)
+            self._timings_held -= self._sizes.pop(("timing", key), 0)
 
     def _null_of(self, reference: Job) -> tuple[tuple, Job | None]:
         null = null_job(reference, self._records.get((True, *_job_key(reference))))
@@ -419,6 +455,7 @@ class CodeExecutor:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
+                        self._held(cached_key)
                 timing = Timing.of(got["gen"])
                 against = (self._timings.get(ref_key, Timing(None, None, None, 0)),
                            self._timings.get(null_key, Timing(None, None, None, 0)))
@@ -427,11 +464,14 @@ class CodeExecutor:
                     # one spell slowed the whole window evenly: its runs compare with each other
                     disturbed, against = False, (Timing.of(got["ref"]), Timing.of(got["null"]))
                 self._timings[key] = dataclasses.replace(timing, disturbed=disturbed, against=against)
+                self._held(key)
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
                 for k in keys:
-                    self._timings.setdefault(k, Timing(None, None, None, 0))
+                    if k not in self._timings:
+                        self._timings[k] = Timing(None, None, None, 0)
+                        self._held(k)
                     self._timings.move_to_end(k)
                 ref_timing, null_timing, timing = (self._timings[k] for k in keys)
                 out.append((*timing.against, timing) if timing.against else (ref_timing, null_timing, timing))
@@ -550,16 +590,27 @@ class CodeRewardState:
 
     ``min_reference_s``: ``efficiency`` is left unscored (``None``) for problems whose
     reference takes less beyond its null program (the timing cannot resolve them; see
-    docs/sandbox.md)."""
+    docs/sandbox.md). ``max_harness_share``: nor for those whose null program (the harness's
+    cost) takes more than this share of the reference's own work: a program that serves its
+    end of the judge's pipe itself pays less than the trusted server, and can gain at most
+    that share (``None``: no such bound; neither applies where ``min_reference_s`` is 0)."""
 
-    def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3):
+    def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3,
+                 max_harness_share: float | None = 0.10):
         self.executor = executor
         self.time_reference = time_reference
         self.min_reference_s = min_reference_s
+        self.max_harness_share = max_harness_share
 
     def resolves(self, reference: Timing, null: Timing) -> bool:
-        """The reference's time beyond its null program's is at least ``min_reference_s`` (or that is 0)."""
-        return not self.min_reference_s or (reference.best or 0.0) - _base(null, reference) >= self.min_reference_s
+        """The reference's time beyond its null program's is at least ``min_reference_s``, and the
+        null program's is at most ``max_harness_share`` of it (always, where ``min_reference_s`` is
+        0: every problem scored)."""
+        if not self.min_reference_s:
+            return True
+        base = _base(null, reference)
+        work = (reference.best or 0.0) - base
+        return work >= self.min_reference_s and (self.max_harness_share is None or base <= self.max_harness_share * work)
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -676,6 +727,8 @@ def code_suite(
     reference_repeats: int = 7,
     min_reference_s: float = 1e-3,
     extra_repeats: int = 6,
+    cache_bytes: int = 128 << 20,
+    max_harness_share: float | None = 0.10,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
@@ -688,16 +741,20 @@ def code_suite(
     ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
     ``require_isolation`` also refuses a sandbox without a private root (namespaces).
     ``timing_repeats``, ``reference_repeats``, ``extra_repeats``, ``min_reference_s``: the efficiency timing (see
-    the module docstring and docs/sandbox.md).
+    the module docstring and docs/sandbox.md); ``max_harness_share``: ``efficiency`` abstains where
+    the harness's cost (the null program's time) exceeds this share of the reference's own work,
+    the most a program serving its own end of the judge's pipe could gain (docs/sandbox.md).
+    ``cache_size``, ``cache_bytes``: the bounds of the result cache (entries, bytes), and of the
+    timing cache.
     """
     components = tuple(components)
     executor = CodeExecutor(
         _limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated,
-        timing_repeats, reference_repeats, extra_repeats,
+        timing_repeats, reference_repeats, extra_repeats, cache_bytes,
     )
     if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
         probe(require_isolation=require_isolation, allow_unisolated=allow_unisolated)
-    state = CodeRewardState(executor, "efficiency" in components, min_reference_s)
+    state = CodeRewardState(executor, "efficiency" in components, min_reference_s, max_harness_share)
     available = _components(state)
     unknown = [c for c in components if c not in available]
     if unknown:

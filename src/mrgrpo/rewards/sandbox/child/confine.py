@@ -38,7 +38,11 @@ capability, or is uid 0 where execve could give some back, exits (status 71) ins
   other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
   ``AF_UNIX`` only), every call giving a socket an address or reaching one by address
   (``bind``, ``connect``, ``listen``, ``accept``, ``sendto``, ``sendmsg``), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
-  ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory.
+  ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory;
+  ``openat`` that may write relative to a directory fd, ``openat2``, ``mknod``/``mknodat``,
+  ``memfd_create``, socket buffer sizes (``setsockopt`` ``SO_SNDBUF``/``SO_RCVBUF``); the calls
+  that only serve to set or read state other runs share (page-cache advice and probes, file
+  events, file locks, shared futexes: see the comment on the filter's tables).
 
 Each layer is tried independently: a system that refuses namespaces (Docker's default seccomp
 profile) still gets Landlock and seccomp. ``job["refuse"]`` names layers not to try (tests
@@ -180,7 +184,7 @@ def _launcher_namespaces(job, layers):
         layers.append("userns")
     if libc.unshare(_CLONE_NEWNS) != 0:
         posix._exit(71)
-    options = b"size=%dk,mode=1777" % (job["tmpfs_kb"],)
+    options = b"size=%dk,nr_inodes=%d,mode=1777" % (job["tmpfs_kb"], job.get("tmpfs_inodes", 16384))
     if libc.mount(b"tmpfs", _LAUNCHER_TMP.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
         posix._exit(71)
     workdir = _LAUNCHER_TMP + "/work"
@@ -286,7 +290,7 @@ def _new_root(job, real_root):
     top = job["workdir"]
     if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         raise OSError("mount --make-rprivate / failed")
-    options = b"size=%dk,mode=755" % (job["tmpfs_kb"],)
+    options = b"size=%dk,nr_inodes=%d,mode=755" % (job["tmpfs_kb"], job.get("tmpfs_inodes", 16384))
     if libc.mount(b"tmpfs", top.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
         raise OSError("tmpfs failed")
     try:
@@ -574,7 +578,10 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
     "x86_64": (0xC000003E, dict(
         kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, prlimit64=302,
         socket=41, socketpair=53, ioctl=16, clone=56, clone3=435, fork=57, vfork=58, execve=59, execveat=322,
-        hot=(0, 1, 3, 5, 8, 9, 10, 11, 12, 13, 14, 257, 262, 217, 202, 7, 4, 6, 17, 318, 228),
+        openat=257, at_refused=(133, 259), at_absent=(437,), memory=(319,), setsockopt=54,
+        cache=(221, 187, 27, 451, 253, 294, 254, 255, 300, 301, 73), futex=202, futex2=(449, 454, 455, 456),
+        rw2=(327, 328), fcntl=72, madvise=28, prctl=157,
+        hot=(0, 1, 3, 5, 8, 9, 10, 11, 12, 13, 14, 262, 217, 7, 4, 6, 17, 318, 228),
         deny=(101, 310, 311, 424, 434, 438, 272, 308, 165, 166, 155, 161, 321, 298, 323, 250, 248, 249, 304, 303,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 246, 320, 175, 313, 176, 169, 163, 141, 203, 144,
               142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168),
@@ -584,7 +591,10 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
     "aarch64": (0xC00000B7, dict(
         kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, prlimit64=261,
         socket=198, socketpair=199, ioctl=29, clone=220, clone3=435, fork=None, vfork=None, execve=221, execveat=281,
-        hot=(63, 64, 57, 80, 62, 222, 226, 215, 214, 134, 135, 56, 79, 61, 98, 67, 278, 113),
+        openat=56, at_refused=(33,), at_absent=(437,), memory=(279,), setsockopt=208,
+        cache=(223, 213, 232, 451, 26, 27, 28, 262, 263, 32), futex=98, futex2=(449, 454, 455, 456),
+        rw2=(286, 287), fcntl=25, madvise=233, prctl=167,
+        hot=(63, 64, 57, 80, 62, 222, 226, 215, 214, 134, 135, 79, 61, 67, 278, 113),
         deny=(117, 270, 271, 424, 434, 438, 97, 268, 40, 39, 41, 51, 280, 241, 282, 219, 217, 218, 265, 264,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 104, 294, 105, 273, 106, 142, 89, 140, 122, 119,
               118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225),
@@ -602,6 +612,24 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # semtimedop), message queues (msgget, msgsnd, msgrcv, msgctl) and POSIX message queues (mq_open,
 # mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr): state that would outlive a
 # candidate and be seen by the next one where there is no IPC namespace of its own.
+# openat: only relative to the working directory (AT_FDCWD) when it may write (O_WRONLY, O_RDWR,
+# O_CREAT, O_TRUNC: the audit event of an open names no dir_fd, so the guards could not tell where
+# a write relative to a directory fd lands); at_refused: mknod, mknodat (fifos and device nodes,
+# which have no audit event); at_absent: openat2 (ENOSYS; its flags are out of the filter's reach).
+# memory: memfd_create (its pages are counted by no rlimit: RLIMIT_AS counts only what is mapped),
+# setsockopt: SO_SNDBUF, SO_RCVBUF and their FORCE forms (up to net.core.wmem_max: megabytes a
+# socket would hold in the kernel).
+# cache: calls that only serve to set or read state other runs share (the page cache of the files
+# every candidate reads, file events): fadvise64, readahead, mincore, cachestat, inotify_init,
+# inotify_init1, inotify_add_watch, inotify_rm_watch, fanotify_init, fanotify_mark, flock; and, by
+# argument: preadv2/pwritev2 with flags (RWF_NOWAIT reads the page cache's state), fcntl's record
+# locks, leases, directory notifications and SIGIO owners (F_GETLK, F_SETLK, F_SETLKW, F_OFD_*,
+# F_SETLEASE, F_GETLEASE, F_NOTIFY, F_SETOWN, F_SETOWN_EX, F_SETSIG), madvise advice that reads
+# pages in, evicts them or merges them with other processes' (WILLNEED, REMOVE, MERGEABLE, COLD,
+# PAGEOUT, POPULATE_READ/WRITE, COLLAPSE), prctl(PR_SET_MEMORY_MERGE), and futex without
+# FUTEX_PRIVATE_FLAG (a shared futex's key is the file page, so two processes mapping the same
+# file page, read-only, would meet on it); futex2 (futex_waitv, futex_wake, futex_wait,
+# futex_requeue: flags out of the filter's reach) is ENOSYS.
 # net: bind, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg. With socket() refused,
 # the only sockets are socketpair(AF_UNIX) ends, connected to each other; a socket is reached by
 # another process only through an address (connect, or sendto/sendmsg naming it), and gets one only
@@ -613,6 +641,13 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 _RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
+_FCNTL_SHARED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 8, 15, 10)  # F_GETLK ... F_NOTIFY, F_SETOWN(_EX), F_SETSIG
+_MADVISE_CACHE = (3, 9, 12, 20, 21, 22, 23, 25)  # WILLNEED, REMOVE, MERGEABLE, COLD, PAGEOUT, POPULATE_*, COLLAPSE
+_PR_SET_MEMORY_MERGE = 67
+_FUTEX_PRIVATE_FLAG = 128
+_BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
+_AT_FDCWD = 0xFFFFFF9C  # -100, as the low 32 bits of the argument
+_OPEN_WRITES = 0o1 | 0o2 | 0o100 | 0o1000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC (O_TMPFILE needs one of the first two)
 
 
 _PROGRAMS = {}  # machine -> (program for pid 0, offsets of the pid in it): built once, in the launcher
@@ -664,10 +699,14 @@ def _build_program(machine, me):
     ret(_RET_KILL)
     ld(0)
     code.append((0x35, "eperm", 0, 0x40000000))  # JGE: x32 and other ABIs
+    jeq(nr["openat"], "openat")
+    jeq(nr["futex"], "futex")
     for number in nr["hot"]:  # the most frequent calls, none of them refused: decided first
         jeq(number, "allow")
-    for number in nr["deny"] + nr["ipc"] + nr["net"]:
+    for number in nr["deny"] + nr["ipc"] + nr["net"] + nr["at_refused"] + nr["memory"] + nr["cache"]:
         jeq(number, "eperm")
+    for number in nr["at_absent"] + nr["futex2"]:
+        jeq(number, "enosys")
     for name in ("clone", "fork", "vfork", "execve", "execveat", "socket"):
         if nr[name] is not None:
             jeq(nr[name], "eperm")
@@ -676,8 +715,43 @@ def _build_program(machine, me):
         jeq(nr[name], "self")
     jeq(nr["prlimit64"], "self_or_zero")
     jeq(nr["socketpair"], "unix")
+    jeq(nr["setsockopt"], "setsockopt")
     jeq(nr["ioctl"], "ioctl")
+    jeq(nr["fcntl"], "fcntl")
+    jeq(nr["madvise"], "madvise")
+    for number in nr["rw2"]:
+        jeq(number, "rw2")
+    jeq(nr["prctl"], "prctl")
     ret(_RET_ALLOW)
+    label("futex")
+    ld(24)  # args[1]: the operation
+    code.append((0x45, "allow", "eperm", _FUTEX_PRIVATE_FLAG))  # JSET
+    label("fcntl")
+    ld(24)  # args[1]: the command
+    for command in _FCNTL_SHARED:
+        jeq(command, "eperm")
+    ret(_RET_ALLOW)
+    label("madvise")
+    ld(32)  # args[2]: the advice
+    for advice in _MADVISE_CACHE:
+        jeq(advice, "eperm")
+    ret(_RET_ALLOW)
+    label("rw2")
+    ld(56)  # args[5]: the RWF_* flags
+    jeq(0, "allow", "eperm")
+    label("prctl")
+    ld(16)  # args[0]: the option
+    jeq(_PR_SET_MEMORY_MERGE, "eperm", "allow")
+    label("setsockopt")
+    ld(32)  # args[2]: the option
+    for option in _BUFFER_OPTIONS:
+        jeq(option, "eperm")
+    ret(_RET_ALLOW)
+    label("openat")
+    ld(16)  # args[0]: the directory fd
+    jeq(_AT_FDCWD, "allow")
+    ld(32)  # args[2]: the flags
+    code.append((0x45, "eperm", "allow", _OPEN_WRITES))  # JSET
     label("self")
     ld(16)  # args[0], low 32 bits (pid_t)
     jeq(me, "allow", "eperm")

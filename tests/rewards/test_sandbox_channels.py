@@ -1,0 +1,238 @@
+"""No run sets or reads state that another run sees through the calls that only serve that:
+page-cache advice and probes (``posix_fadvise``, ``readahead``, ``mincore``, ``cachestat``,
+``preadv2(RWF_NOWAIT)``, ``madvise(WILLNEED/PAGEOUT/...)``), file events (inotify, fanotify,
+``F_NOTIFY``), file locks on shared files (``flock``, record locks, leases), SIGIO owners and
+futexes keyed by a shared file page. Each is refused in every privilege mode; outside the
+sandbox the same program makes them (so the check can fail); and a writer run followed by a
+reader run through the page cache recovers nothing. What remains of the page-cache channel
+(timing reads of files no run had read) is stated in docs/sandbox.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+HERE = Path(__file__).parent
+SRC = HERE.parents[1] / "src"
+TESTS1 = "def check(candidate):\n    assert candidate(1) == 42\n"
+
+# Every call tried on a standard-library file (readable in every mode); prints what worked and
+# answers right if anything did.
+PROBES = """
+import os, fcntl, mmap, sys
+def target():
+    # a standard-library file as this candidate reaches it (a path of its root, or through the
+    # /proc/self/fd/<n> entry of sys.path where its uid cannot walk to the standard library)
+    for entry in sys.path:
+        for name in ("pydoc_data/topics.py", "_pydecimal.py", "typing.py"):
+            try:
+                return os.open(entry + "/" + name, os.O_RDONLY), entry + "/" + name
+            except OSError:
+                pass
+    raise OSError("no standard-library file")
+def probe():
+    worked = []
+    fd, TARGET = target()
+    print("TARGET", TARGET, flush=True)
+    def attempt(name, call):
+        try:
+            result = call()
+        except BlockingIOError:  # answered (EAGAIN: RWF_NOWAIT on a page not cached)
+            result = None
+        except Exception:
+            return
+        if result is None or result is True or (type(result) is int and result >= 0):
+            worked.append(name)
+    attempt("fadvise", lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED))
+    attempt("willneed", lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED))
+    attempt("rwf_nowait", lambda: os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT))
+    attempt("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    attempt("record-lock", lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    attempt("getlk", lambda: fcntl.fcntl(fd, fcntl.F_GETLK, bytes(32)) and None)
+    attempt("ofd-lock", lambda: fcntl.fcntl(fd, 37, bytes(32)) and None)
+    attempt("setown", lambda: fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid()))
+    attempt("notify", lambda: fcntl.fcntl(os.open(os.path.dirname(TARGET), os.O_RDONLY), fcntl.F_NOTIFY, fcntl.DN_ACCESS))
+    mapped = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+    attempt("madvise-willneed", lambda: mapped.madvise(mmap.MADV_WILLNEED))
+    attempt("madvise-pageout", lambda: mapped.madvise(21))
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+    except Exception:
+        libc = None  # the guards refuse ctypes without a private root: the calls above are all there is
+    if libc is not None:
+        n = {NUMBERS!r}
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        where = libc.mmap(None, 4096, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED: a page of the shared file
+        vec = ctypes.create_string_buffer(1)
+        attempt("readahead", lambda: libc.syscall(n["readahead"], fd, 0, 1 << 20))
+        attempt("mincore", lambda: libc.syscall(n["mincore"], ctypes.c_void_p(where), 4096, vec))
+        attempt("cachestat", lambda: libc.syscall(n["cachestat"], fd, ctypes.byref((ctypes.c_uint64 * 2)(0, 0)),
+                                                  ctypes.byref((ctypes.c_uint64 * 5)()), 0))
+        attempt("inotify", lambda: libc.syscall(n["inotify_init1"], 0))
+        attempt("fanotify", lambda: libc.syscall(n["fanotify_init"], 0, 0))
+        attempt("shared-futex", lambda: libc.syscall(n["futex"], ctypes.c_void_p(where), 1, 1, None, None, 0))
+        attempt("futex-waitv", lambda: libc.syscall(n["futex_waitv"], None, 0, 0, None, 0))
+    print("WORKED", worked, flush=True)
+    return worked
+WORKED = probe()
+def f(x):
+    return 41 + x if WORKED else -1
+"""
+NUMBERS = {"x86_64": {"readahead": 187, "mincore": 27, "cachestat": 451, "inotify_init1": 294, "fanotify_init": 300,
+                      "futex": 202, "futex_waitv": 449},
+           "aarch64": {"readahead": 213, "mincore": 232, "cachestat": 451, "inotify_init1": 26, "fanotify_init": 262,
+                       "futex": 98, "futex_waitv": 449}}
+
+
+def target_file() -> str:
+    """A standard-library file of several pages that every mode's candidate can read."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    for name in ("pydoc_data/topics.py", "_pydecimal.py", "typing.py"):
+        path = os.path.join(stdlib, name)
+        if os.path.getsize(path) > 64 * 1024:
+            return path
+    raise AssertionError("no large standard-library file")
+
+
+def probes_program() -> str:
+    machine = os.uname().machine
+    if machine not in NUMBERS:
+        pytest.skip("system call numbers known for x86_64 and aarch64 only")
+    return PROBES.replace("{NUMBERS!r}", repr(NUMBERS[machine]))
+
+
+def test_unsandboxed_control_makes_every_call():
+    proc = subprocess.run([sys.executable, "-c", probes_program() + "\nprint(f(1))\n"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    worked = set(json.loads(proc.stdout.split("WORKED", 1)[1].split("\n", 1)[0].replace("'", '"')))
+    # cachestat is Linux >= 6.5, fanotify needs CAP_SYS_ADMIN, futex_waitv with no waiters fails
+    assert {"fadvise", "willneed", "rwf_nowait", "flock", "record-lock", "getlk", "ofd-lock", "setown", "notify",
+            "madvise-willneed", "madvise-pageout", "readahead", "mincore", "inotify", "shared-futex"} <= worked, worked
+    assert proc.stdout.split()[-1] == "42"
+
+
+@pytest.mark.parametrize("mode", ["as-is", "userns-root", "nobody", "no-namespaces", "no-namespaces-no-landlock",
+                                  "userns-root-no-namespaces", "userns-wide-no-namespaces"])
+def test_no_shared_state_call_in_any_mode(mode):
+    from test_sandbox_modes import interpreter_for
+
+    top = Path(tempfile.mkdtemp(prefix="mrgrpo-channels-"))
+    try:
+        top.chmod(0o755)
+        jobs = top / "jobs.json"
+        jobs.write_text(json.dumps([{"program": probes_program(), "tests": TESTS1, "entry_point": "f"}]))
+        jobs.chmod(0o644)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        kwargs: dict = {}
+        exe = sys.executable
+        if mode == "nobody" and os.geteuid() == 0:
+            exe = interpreter_for(65534)
+            if exe is None:
+                pytest.skip("no Python interpreter that uid 65534 can start")
+            kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
+        proc = subprocess.run([exe, str(HERE / "sandbox_modes_script.py"), mode if mode != "nobody" else "as-is",
+                               str(jobs), str(SRC)], capture_output=True, text=True, timeout=300, env=env, cwd="/",
+                              **kwargs)
+        if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:
+            pytest.skip("a user namespace mapping more than one uid needs a root parent to write its map")
+        if mode.startswith("userns") and "unshare(CLONE_NEWUSER)" in proc.stderr:
+            pytest.skip("this system refuses unprivileged user namespaces")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (result,) = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+        assert "TARGET " in result["stdout"] and "WORKED []" in result["stdout"], result
+        assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+# A writer stores 64 bits in the page cache of a standard-library file (evicting the file with
+# fadvise(DONTNEED), then reading the pages of the 1s); a reader, run after it, reads them back
+# with preadv2(RWF_NOWAIT) (EAGAIN: not cached).
+WRITER = """
+import os
+BITS, TARGET = {BITS}, {TARGET!r}
+def store():
+    fd = os.open(TARGET, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # every bit 0
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead past the pages read
+    except OSError:
+        pass
+    for i, bit in enumerate(BITS):
+        if bit:
+            os.pread(fd, 1, i * 4096)
+store()
+def f(x):
+    return -1
+"""
+READER = """
+import os
+TARGET = {TARGET!r}
+def load():
+    fd = os.open(TARGET, os.O_RDONLY)
+    bits = []
+    for i in reversed(range(64)):  # last page first: the readahead a probe starts covers pages read already
+        try:
+            os.preadv(fd, [bytearray(1)], i * 4096, os.RWF_NOWAIT)
+            bits.append(1)
+        except BlockingIOError:
+            bits.append(0)
+        except OSError:
+            bits.append(None)
+    bits.reverse()
+    print("BITS", "".join("?" if b is None else str(b) for b in bits), flush=True)
+    return bits
+BITS = load()
+def f(x):
+    return -1
+"""
+
+
+def _recovered(bits: list[int], printed: str) -> int:
+    line = [part for part in printed.splitlines() if part.startswith("BITS ")]
+    return sum(1 for b, got in zip(bits, line[0].split()[1]) if str(b) == got) if line else 0
+
+
+def test_writer_then_reader_recovers_nothing(tmp_path):
+    """Outside the sandbox the pair recovers the 64 bits from a file of its own; in the sandbox
+    (every run of the default mode, five writer/reader pairs of fresh random bits) the reader
+    reads no bit at all: both calls are refused."""
+    import random
+
+    from mrgrpo.rewards.sandbox import Job, Limits, run
+
+    target = tmp_path / "big"
+    with open(target, "wb") as handle:
+        handle.write(os.urandom(64 * 4096))
+        handle.flush()
+        os.fsync(handle.fileno())  # clean pages: fadvise(DONTNEED) evicts them
+    bits = [random.getrandbits(1) for _ in range(64)]
+    for program in (WRITER.replace("{BITS}", repr(bits)), READER):
+        program = program.replace("{TARGET!r}", repr(str(target))) + "\nprint(f(1))\n"
+        proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert _recovered(bits, proc.stdout) >= 60, (bits, proc.stdout)  # the control: the channel works
+    stdlib_file = target_file()
+    for _ in range(5):
+        bits = [random.getrandbits(1) for _ in range(64)]
+        limits = Limits(wall_s=10.0, cpu_s=5)
+        writer = run(Job(WRITER.replace("{BITS}", repr(bits)).replace("{TARGET!r}", repr(stdlib_file)), TESTS1,
+                         "humaneval", "f", limits))
+        reader = run(Job(READER.replace("{TARGET!r}", repr(stdlib_file)), TESTS1, "humaneval", "f", limits))
+        assert "seccomp" in reader.isolation, reader
+        assert writer.verdict.value == reader.verdict.value == "failed", (writer, reader)
+        assert "BITS " + "?" * 64 in reader.stdout, reader.stdout  # refused: not one bit read
