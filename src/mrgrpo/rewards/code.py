@@ -34,14 +34,15 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 the CPU time the kernel counts for a program from loading it to its last
                 reply (the judge's wall clock where ``/proc`` is unreadable); ``t_null`` the
                 harness's share of it, the time of the problem's *null program* (trusted,
-                replaying the reference's answers: ``mrgrpo.rewards.sandbox.null``); ``t_gen``
-                the minimum over 3 runs (more where the machine slows runs down), ``t_ref``
-                and ``t_null`` over 7 runs plus those alternating with each program's (cached
-                per problem), each run alone (no other sandbox run in flight). ``None``
-                without a passing reference, when ``t_ref - t_null`` < ``min_reference_s``
-                (1 ms) or ``t_null`` > ``max_harness_share`` (0.10) of it (the most a program
-                serving the judge's pipe itself could gain), or when every reference run
-                alongside the program's was slowed down; see docs/sandbox.md for the noise
+                replaying the reference's answers: ``mrgrpo.rewards.sandbox.null``). The
+                program is compared only with runs of the reference and the null program
+                interleaved with its own (a *window*: 3 rounds, up to 9 while its two
+                estimates disagree; ``mrgrpo.rewards.timing``), each run alone (no other
+                sandbox run in flight). ``None`` without a passing reference, when
+                ``t_ref - t_null`` < ``min_reference_s`` (1 ms) or ``t_null`` >
+                ``max_harness_share`` (0.10) of it (the most a program serving the judge's
+                pipe itself could gain), or when the window's estimates still disagree; see
+                docs/sandbox.md for the noise and what holds under load
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -58,7 +59,6 @@ import ast
 import dataclasses
 import difflib
 import json
-import math
 import re
 import sys
 import threading
@@ -69,6 +69,7 @@ from typing import Any
 
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, probe, run_alone, run_many
+from mrgrpo.rewards.timing import Timing, base, window_efficiency, window_settled
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
 CODE_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -175,19 +176,6 @@ def ast_similarity(program: str, reference: str, entry_point: str | None = None)
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def efficiency(t_gen: float | None, t_ref: float | None, t_null: float | None = None) -> float:
-    """``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)``: the share of the reference's own
-    work (its time beyond the harness's, ``t_null``; 0 when unknown) that the program saves. 0
-    when ``t_gen`` or ``t_ref`` is missing or the reference takes no longer than the harness."""
-    if t_gen is None or t_ref is None:
-        return 0.0
-    base = t_null or 0.0
-    work = t_ref - base
-    if work <= 0:
-        return 0.0
-    return min(1.0, max(0.0, 1.0 - (t_gen - base) / work))
-
-
 def _stdio_tests(test: Any) -> list:
     if isinstance(test, str):
         test = json.loads(test)
@@ -221,48 +209,6 @@ def _footprint(key: tuple, *values: object) -> int:
     return size
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Times (seconds) of repeated runs of one program, each run alone: the CPU time the kernel
-    counted for the program from loading to its last reply (``Result.cpu_time``), or, where the
-    judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
-    ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
-    ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
-    repeat did not pass. ``disturbed``: a program's timing made in a window where every
-    reference run alongside was slowed down, unevenly: efficiency abstains. ``against``: the
-    ``(reference, null program)`` timings a program's timing is compared with: the cached ones
-    as they stood at the end of its window (a later window's faster run is not held against
-    it), or, where one slowdown covered its whole window evenly (a spell), that window's alone."""
-
-    best: float | None
-    median: float | None
-    worst: float | None
-    repeats: int
-    clock: str = "cpu"
-    times: tuple[float, ...] = ()
-    disturbed: bool = False
-    against: tuple[Timing, Timing] | None = None
-
-    @classmethod
-    def of(cls, results: Sequence[Result]) -> Timing:
-        if not results or not all(r.passed for r in results):
-            return cls(None, None, None, len(results))
-        clock = "cpu" if all(r.cpu_time is not None for r in results) else "wall"
-        return cls.from_times(tuple((r.cpu_time if clock == "cpu" else r.test_time) or 0.0 for r in results), clock)
-
-    @classmethod
-    def from_times(cls, times: tuple[float, ...], clock: str) -> Timing:
-        times = times[-256:]
-        ordered = sorted(times)
-        return cls(ordered[0], ordered[len(ordered) // 2], ordered[-1], len(times), clock, times)
-
-    def merged(self, other: Timing) -> Timing:
-        """This timing with ``other``'s runs added (ignored when they failed or used another clock)."""
-        if other.best is None or self.best is None or other.clock != self.clock:
-            return self if self.best is not None else other
-        return Timing.from_times(self.times + other.times, self.clock)
-
-
 class CodeExecutor:
     """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``
     entries and ``cache_bytes`` bytes (a result keeps up to ``Limits.output_bytes`` of each of
@@ -271,9 +217,11 @@ class CodeExecutor:
 
     Timing for ``efficiency`` is separate, every run alone (no other sandbox run of this
     process in flight: :func:`mrgrpo.rewards.sandbox.run_alone`) and cached: a reference is
-    first run ``reference_repeats`` times (:meth:`timings`), its null program as many times
-    (:meth:`nulls`: the harness's own cost on that problem), then a program ``timing_repeats``
-    times alternating with as many new runs of its reference (:meth:`time_against`).
+    first run ``reference_repeats`` times (:meth:`timings`: whether its problem can be scored at
+    all, and the answers its null program replays), its null program as many times
+    (:meth:`nulls`: the harness's own cost on that problem), then each program in a window of
+    its own, ``timing_repeats`` rounds or more interleaved with new runs of its reference and
+    null program (:meth:`time_against`), against which alone it is scored.
     """
 
     def __init__(
@@ -391,7 +339,8 @@ class CodeExecutor:
     def _held(self, key: tuple) -> None:
         """Count the bytes of timing entry ``key`` (its key's strings, its times, its record)."""
         timing = self._timings.get(key)
-        size = _footprint(key, self._records.get(key)) + 16 * len(timing.times if timing is not None else ())
+        runs = () if timing is None else (timing, *(timing.against or ()))
+        size = _footprint(key, self._records.get(key)) + 16 * sum(len(t.times) for t in runs)
         self._timings_held += size - self._sizes.get(("timing", key), 0)
         self._sizes[("timing", key)] = size
 
@@ -407,20 +356,16 @@ class CodeExecutor:
 
     def time_against(self, pairs: Sequence[tuple[Job, Job]]) -> list[tuple[Timing, Timing, Timing]]:
         """For ``(reference job, program job)`` pairs: ``(reference Timing, null Timing, program
-        Timing)`` (the null program's: see :meth:`nulls`; call :meth:`timings` with
-        ``reference=True`` first, which records what the null program replays).
+        Timing)``, the first two of the program's own window (call :meth:`timings` with
+        ``reference=True`` first, which records what the null program replays; :meth:`nulls`).
 
-        The program's ``timing_repeats`` runs alternate with new runs of its reference (one more:
-        before the first and after each) and of the null program, all alone, so the three are
-        timed under the same conditions; the cached timings of the reference and the null
-        program take the new runs in (their best only ever falls towards the uncontended time).
-        Where the reference's runs show that the machine slows runs down (more than :data:`FAIR`
-        x its best), the program gets more rounds (up to ``extra_repeats`` more:
-        :func:`_runs_needed`). A window in which no reference run was unslowed is compared within
-        itself where the slowdown was even (:func:`_steady`: every reference run and every run of
-        the program within :data:`FAIR` x the window's own best; the program's Timing carries the
-        window's reference and null timings in ``against``); otherwise the program's timing is
-        ``disturbed`` (efficiency abstains)."""
+        The window: one run of the reference, then rounds of (program, null program, reference),
+        all alone, so that the three are timed under the same conditions; the program is compared
+        with these runs only (:func:`mrgrpo.rewards.timing.window_efficiency`), never with runs
+        made at other times. ``timing_repeats`` rounds, and up to ``extra_repeats`` more while the
+        window's two estimates disagree (:func:`mrgrpo.rewards.timing.window_settled`); if they
+        still disagree the program's timing is ``disturbed`` (efficiency abstains). The cached
+        timings of the reference and the null program take the window's runs in."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -429,8 +374,6 @@ class CodeExecutor:
                 if key not in self._timings and key not in todo:
                     todo[key] = (ref, gen, *self._null_of(ref))
             for key, (ref, gen, null_key, null) in todo.items():
-                ref_key = (True, *_job_key(ref))
-                before = self._timings.get(ref_key)
                 got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
                 jobs = {"null": null, "ref": ref, "gen": gen}
 
@@ -442,28 +385,27 @@ class CodeExecutor:
                         got[kind].append(result)
                     self.timed_runs += len(kinds)
 
-                # the reference, then rounds of (program, null program, reference), as many as it
-                # takes for the program's minimum to include an unslowed run (_runs_needed)
+                def window() -> tuple[Timing, Timing, Timing]:
+                    return Timing.of(got["gen"]), Timing.of(got["ref"]), Timing.of(got["null"])
+
                 timed("ref")
                 cap = repeats + self.extra_repeats
-                while len(got["gen"]) < min(cap, _runs_needed(got["ref"], before, repeats)):
+                while True:
                     timed("gen", "null", "ref")
+                    rounds = len(got["gen"])
                     if not got["gen"][-1].passed:  # a failed run decides: efficiency 0
                         break
-                for cached_key, kind in ((ref_key, "ref"), (null_key, "null")):
+                    if rounds >= cap or (rounds >= repeats and window_settled(*window())):
+                        break
+                for cached_key, kind in ((True, *_job_key(ref)), "ref"), (null_key, "null"):
                     if got[kind]:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
                         self._held(cached_key)
-                timing = Timing.of(got["gen"])
-                against = (self._timings.get(ref_key, Timing(None, None, None, 0)),
-                           self._timings.get(null_key, Timing(None, None, None, 0)))
-                disturbed = _disturbed(got["ref"], before)
-                if disturbed and _steady(got["ref"]) and _steady(got["gen"]):
-                    # one spell slowed the whole window evenly: its runs compare with each other
-                    disturbed, against = False, (Timing.of(got["ref"]), Timing.of(got["null"]))
-                self._timings[key] = dataclasses.replace(timing, disturbed=disturbed, against=against)
+                timing, ref_window, null_window = window()
+                disturbed = not window_settled(timing, ref_window, null_window)
+                self._timings[key] = dataclasses.replace(timing, disturbed=disturbed, against=(ref_window, null_window))
                 self._held(key)
             out = []
             for ref, gen in pairs:
@@ -477,65 +419,6 @@ class CodeExecutor:
                 out.append((*timing.against, timing) if timing.against else (ref_timing, null_timing, timing))
             self._trim()
         return out  # type: ignore[return-value]
-
-
-#: A reference run is *unslowed* when it took at most this factor of the reference's best. Runs
-#: of one program on a 2-vCPU VM fall in two bands: near the uncontended time (spread up to
-#: ~1.2x among themselves) and ~1.6x slower (a run shares its core); 1.25 splits them.
-FAIR = 1.25
-#: The chance, as the reference's runs estimate it, that every run of a program was slowed down
-#: (so that its minimum is not its unslowed time) that the number of rounds keeps under.
-MISS = 0.05
-#: References faster than this are not judged for slowdowns: runs this short spread in steps far
-#: wider than any slowdown; the program gets ``timing_repeats`` runs, and no window abstains.
-FAIRNESS_MIN_S = 1e-3
-
-
-def _reference_times(window: Sequence[Result], history: Timing | None) -> list[float] | None:
-    times = [r.cpu_time for r in window]
-    if (history is None or history.best is None or history.best < FAIRNESS_MIN_S or not times
-            or not all(r.passed for r in window) or None in times):
-        return None
-    return list(history.times) + times  # type: ignore[arg-type]
-
-
-def _runs_needed(window: Sequence[Result], history: Timing | None, repeats: int) -> int:
-    """How many runs the program needs so that, if its runs are slowed down as often as the
-    reference's are (the share of the reference's runs, before and in this window, over
-    :data:`FAIR` x its best), all of them are slowed with a chance under :data:`MISS`; at least
-    ``repeats``."""
-    times = _reference_times(window, history)
-    if times is None:
-        return repeats
-    best = min(times)
-    unslowed = sum(t <= FAIR * best for t in times) / len(times)
-    if unslowed >= 1.0:
-        return repeats
-    return max(repeats, math.ceil(math.log(MISS) / math.log(1.0 - unslowed)))
-
-
-def _steady(window: Sequence[Result]) -> bool:
-    """At least two runs, all passed, each within :data:`FAIR` x the window's own best: the
-    machine ran them at one speed (a spell that slows runs down slows them by one factor)."""
-    times = [r.cpu_time for r in window]
-    if len(times) < 2 or None in times or not all(r.passed for r in window):
-        return False
-    return max(times) <= FAIR * min(times)  # type: ignore[type-var, operator]
-
-
-def _disturbed(window: Sequence[Result], history: Timing | None) -> bool:
-    """No reference run of this window was unslowed (within :data:`FAIR` x the reference's best):
-    the machine slowed the whole window down, so the program's runs cannot be compared."""
-    times = _reference_times(window, history)
-    if times is None:
-        return False
-    best = min(times)
-    return all(t > FAIR * best for t in times[len(times) - len(window):])
-
-
-def _base(null: Timing, reference: Timing) -> float:
-    """``t_null``: the null program's best time, 0 where it has none (or another clock)."""
-    return null.best if null.best is not None and null.clock == reference.clock else 0.0
 
 
 def _column(columns: dict, name: str, n: int, default: Any = None) -> list:
@@ -608,9 +491,17 @@ class CodeRewardState:
         0: every problem scored)."""
         if not self.min_reference_s:
             return True
-        base = _base(null, reference)
-        work = (reference.best or 0.0) - base
-        return work >= self.min_reference_s and (self.max_harness_share is None or base <= self.max_harness_share * work)
+        t_null = base(null, reference)
+        work = (reference.best or 0.0) - t_null
+        return work >= self.min_reference_s and (self.max_harness_share is None or t_null <= self.max_harness_share * work)
+
+    def score(self, reference: Timing, null: Timing, program: Timing) -> float | None:
+        """A program's efficiency from its window (:meth:`CodeExecutor.time_against`): ``None``
+        where the window's reference does not resolve (:meth:`resolves`) or the window is
+        disturbed; 0 where a run of the program failed."""
+        if not self.resolves(reference, null):
+            return None
+        return window_efficiency(program, reference, null)
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -668,11 +559,7 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
             resolved = [i for (i, _, r), n in zip(passing, nulls) if state.resolves(r, n)]
             timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i in resolved])
             for i, (r, n, g) in zip(resolved, timings):
-                if g.best is not None and g.clock != r.clock:  # pragma: no cover - /proc readable for one only
-                    g = Timing(None, None, None, g.repeats)
-                if not state.resolves(r, n) or g.disturbed:  # not resolvable by the fresh runs, or no fair window
-                    continue
-                out[i] = efficiency(g.best, r.best, _base(n, r))  # a repeat that failed (g.best None) scores 0
+                out[i] = state.score(r, n, g)
         return out
 
     def pass_rate(prompts, completions, **columns):
