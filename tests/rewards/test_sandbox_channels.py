@@ -22,8 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-HERE = Path(__file__).parent
-SRC = HERE.parents[1] / "src"
+from test_sandbox_modes import MODES  # noqa: E402
 TESTS1 = "def check(candidate):\n    assert candidate(1) == 42\n"
 
 # Every call tried on a standard-library file (readable in every mode); prints what worked and
@@ -125,38 +124,26 @@ def test_unsandboxed_control_makes_every_call():
     assert proc.stdout.split()[-1] == "42"
 
 
-@pytest.mark.parametrize("mode", ["as-is", "userns-root", "nobody", "no-namespaces", "no-namespaces-no-landlock",
-                                  "userns-root-no-namespaces", "userns-wide-no-namespaces"])
-def test_no_shared_state_call_in_any_mode(mode):
-    from test_sandbox_modes import interpreter_for
+def run_in_mode(mode: str, specs: list[dict]) -> list[dict]:
+    """The results of ``specs`` (jobs) run together under privilege ``mode`` (``test_sandbox_modes``)."""
+    from test_sandbox_modes import run_mode
 
     top = Path(tempfile.mkdtemp(prefix="mrgrpo-channels-"))
     try:
         top.chmod(0o755)
         jobs = top / "jobs.json"
-        jobs.write_text(json.dumps([{"program": probes_program(), "tests": TESTS1, "entry_point": "f"}]))
+        jobs.write_text(json.dumps(specs))
         jobs.chmod(0o644)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-        kwargs: dict = {}
-        exe = sys.executable
-        if mode == "nobody" and os.geteuid() == 0:
-            exe = interpreter_for(65534)
-            if exe is None:
-                pytest.skip("no Python interpreter that uid 65534 can start")
-            kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
-        proc = subprocess.run([exe, str(HERE / "sandbox_modes_script.py"), mode if mode != "nobody" else "as-is",
-                               str(jobs), str(SRC)], capture_output=True, text=True, timeout=300, env=env, cwd="/",
-                              **kwargs)
-        if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:
-            pytest.skip("a user namespace mapping more than one uid needs a root parent to write its map")
-        if mode.startswith("userns") and "unshare(CLONE_NEWUSER)" in proc.stderr:
-            pytest.skip("this system refuses unprivileged user namespaces")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        (result,) = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
-        assert "TARGET " in result["stdout"] and "WORKED []" in result["stdout"], result
-        assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
+        return run_mode(mode, str(jobs))["results"]
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_shared_state_call_in_any_mode(mode):
+    (result,) = run_in_mode(mode, [{"program": probes_program(), "tests": TESTS1, "entry_point": "f"}])
+    assert "TARGET " in result["stdout"] and "WORKED []" in result["stdout"], result
+    assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
 
 
 # A writer stores 64 bits in the page cache of a standard-library file (evicting the file with
@@ -236,3 +223,111 @@ def test_writer_then_reader_recovers_nothing(tmp_path):
         assert "seccomp" in reader.isolation, reader
         assert writer.verdict.value == reader.verdict.value == "failed", (writer, reader)
         assert "BITS " + "?" * 64 in reader.stdout, reader.stdout  # refused: not one bit read
+
+
+# Two candidates that run at the same time and look for each other through the state of the
+# standard-library files both read: a lock (flock), a futex on a page of one file both map
+# (FUTEX_WAKE counts waiters), inotify events (copy 0 opens the file copy 1 watches) and the page
+# cache (copy 0 reads a page that copy 1 keeps evicting, then probes with RWF_NOWAIT). Each runs
+# for RENDEZVOUS_S at load, prints what it found and answers right only if it found the other.
+RENDEZVOUS = """
+import os, fcntl, mmap, sys, time
+COPY, N = {COPY}, {NUMBERS!r}
+def open_stdlib(name):
+    for entry in sys.path:
+        try:
+            return os.open(entry + "/" + name, os.O_RDONLY)
+        except OSError:
+            pass
+    raise OSError(name)
+def meet():
+    found, tried = set(), []
+    a, b = open_stdlib("pydoc_data/topics.py"), open_stdlib("_pydecimal.py")
+    def attempt(name, call):
+        try:
+            if call():
+                found.add(name)
+            tried.append(name)
+        except BlockingIOError:  # EWOULDBLOCK: the other holds the lock
+            found.add(name)
+        except Exception:
+            pass
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        word = libc.mmap(None, 4096, 1, 1, a, 0)  # PROT_READ, MAP_SHARED: the first page of topics.py
+        value = ctypes.c_int.from_address(word).value
+        timeout = (ctypes.c_long * 2)(0, 20_000_000)
+        watch = libc.inotify_init1(os.O_NONBLOCK) if COPY else -1
+        if watch >= 0 and libc.inotify_add_watch(watch, b"/proc/self/fd/%d" % b, 0x21) < 0:  # IN_ACCESS | IN_OPEN
+            watch = -1
+    except Exception:
+        libc = None  # the guards refuse ctypes without a private root: flock and the page cache remain
+    start = time.monotonic()
+    deadline = start + {RENDEZVOUS_S}
+    while time.monotonic() < deadline:
+        attempt("flock", lambda: fcntl.flock(a, fcntl.LOCK_EX | fcntl.LOCK_NB))
+        if libc is not None:  # wake whoever waits on the word (a count > 0: found), then wait on it
+            attempt("futex", lambda: libc.syscall(N["futex"], ctypes.c_void_p(word), 1, 1 << 30, None, None, 0) > 0)
+            attempt("futex", lambda: libc.syscall(N["futex"], ctypes.c_void_p(word), 0, value, timeout, None, 0) == 0)
+            if watch >= 0:
+                attempt("inotify", lambda: len(os.read(watch, 4096)) > 0)
+        if COPY:  # evict page 7 of _pydecimal.py, wait, probe it without reading it in
+            try:
+                os.posix_fadvise(b, 0, 0, os.POSIX_FADV_RANDOM)
+                os.posix_fadvise(b, 7 * 4096, 4096, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            time.sleep(0.02)
+            attempt("page-cache", lambda: os.preadv(b, [bytearray(1)], 7 * 4096, os.RWF_NOWAIT) == 1)
+        else:  # open _pydecimal.py (an inotify event) and read page 7 (into the cache)
+            os.close(open_stdlib("_pydecimal.py"))
+            os.pread(b, 1, 7 * 4096)
+            time.sleep(0.005)
+    print("FOUND", sorted(found), "TRIED", sorted(set(tried)), "SPAN", start, time.monotonic(), flush=True)
+    return found
+FOUND = meet()
+def f(x):
+    return 41 + x if FOUND else -1
+"""
+RENDEZVOUS_S = 2.0
+
+
+def rendezvous_program(copy: int, seconds: float = RENDEZVOUS_S) -> str:
+    machine = os.uname().machine
+    if machine not in NUMBERS:
+        pytest.skip("system call numbers known for x86_64 and aarch64 only")
+    return (RENDEZVOUS.replace("{COPY}", str(copy)).replace("{NUMBERS!r}", repr(NUMBERS[machine]))
+            .replace("{RENDEZVOUS_S}", repr(seconds)))
+
+
+def _found(printed: str) -> set[str]:
+    line = [part for part in printed.splitlines() if part.startswith("FOUND ")]
+    return set(json.loads(line[0].split("FOUND ", 1)[1].split(" TRIED", 1)[0].replace("'", '"'))) if line else set()
+
+
+def test_unsandboxed_concurrent_candidates_meet():
+    """The control: the two copies as plain processes at the same time meet through every route."""
+    procs = [subprocess.Popen([sys.executable, "-c", rendezvous_program(copy) + "\nprint(f(1))\n"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for copy in (0, 1)]
+    outs = [proc.communicate(timeout=60) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outs
+    found = _found(outs[0][0]) | _found(outs[1][0])
+    assert {"flock", "futex", "inotify", "page-cache"} <= found, outs
+    assert _found(outs[1][0]) >= {"inotify", "page-cache"}, outs  # copy 1 saw copy 0's open and read
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_concurrent_candidates_cannot_meet(mode):
+    """In every privilege mode, the two copies run side by side (``run_many``, 2 workers): neither
+    finds the other, and neither passes."""
+    results = run_in_mode(mode, [{"program": rendezvous_program(copy), "tests": TESTS1, "entry_point": "f"}
+                                 for copy in (0, 1)])
+    for result in results:
+        assert "FOUND [] TRIED" in result["stdout"], result
+        assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
+    spans = [[float(x) for x in result["stdout"].split("SPAN ", 1)[1].split()[:2]] for result in results]
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans  # side by side
