@@ -412,16 +412,20 @@ def workspace():
     shutil.rmtree(top, ignore_errors=True)
 
 
-def run_mode(mode: str, jobs: str) -> dict:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    script = str(HERE / "sandbox_modes_script.py")
-    kwargs: dict = {}
-    exe = sys.executable
+def mode_interpreter(mode: str) -> tuple[str, dict]:
+    """The interpreter that runs ``mode``'s script and the ``subprocess`` arguments of its user."""
     if mode == "nobody" and os.geteuid() == 0:
         exe = interpreter_for(65534)
         if exe is None:
             pytest.skip("no Python interpreter that uid 65534 can start")
-        kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
+        return exe, {"user": 65534, "group": 65534, "extra_groups": []}
+    return sys.executable, {}
+
+
+def run_mode(mode: str, jobs: str) -> dict:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    script = str(HERE / "sandbox_modes_script.py")
+    exe, kwargs = mode_interpreter(mode)
     proc = subprocess.run([exe, script, mode if mode != "nobody" else "as-is", jobs, str(SRC)], capture_output=True,
                           text=True, timeout=300, env=env, cwd="/", **kwargs)
     if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:

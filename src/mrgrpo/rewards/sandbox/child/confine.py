@@ -325,10 +325,15 @@ def _populate(job, libc, root, real_root, launcher=False):
 
     stdlib = job["stdlib"]
     makedirs(root + stdlib)
-    bind(stdlib, root + stdlib, readonly=True)
-    hidden = root + stdlib + "/site-packages"
+    if launcher:  # a copy in memory: no page of it is the host's page cache (copy_stdlib)
+        copy_stdlib(stdlib, root + stdlib, libc)
+        hidden = None
+    else:
+        bind(stdlib, root + stdlib, readonly=True)
+        hidden = root + stdlib + "/site-packages"
     try:
-        posix.stat(hidden)
+        if hidden:
+            posix.stat(hidden)
     except OSError:
         hidden = None
     if hidden and libc.mount(b"tmpfs", hidden.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, b"size=4k,mode=755") != 0:
@@ -350,6 +355,73 @@ def _populate(job, libc, root, real_root, launcher=False):
         raise OSError("chroot failed")
     posix.chdir("/")
     return _PRIVATE_WORKDIR
+
+
+#: Parts of the standard library that candidates do not import (tests, tools, GUIs, the static
+#: library archive in ``config-*``, installed packages): not in the candidates' copy.
+_STDLIB_LEFT_OUT = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo",
+                              "ensurepip", "lib2to3", "venv", "__phello__"})
+
+
+def copy_stdlib(source, target, libc, size_mb=512):
+    """The candidates' standard library (candidate launcher, once): a copy of ``source``, without
+    :data:`_STDLIB_LEFT_OUT` and ``config-*``, on a tmpfs of its own at ``target`` (``size_mb`` at
+    most), read-only once copied. tmpfs pages are memory (they leave it only for swap, where there is
+    swap), so no candidate's read changes or reveals whether a page is cached, as reads of the
+    host's files did (a page no process had read was cached after a run read it, and a later run
+    could time that). Modes and modification times are kept (a module's cached bytecode is
+    checked against its source's). Walks iteratively; symbolic links stay links. Returns the
+    number of bytes copied; raises OSError (the launcher then serves no candidate)."""
+    import posix
+
+    if libc.mount(b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=%dm,mode=755" % size_mb) != 0:
+        raise OSError("tmpfs for the standard library failed")
+    copied, todo = 0, [""]
+    while todo:
+        relative = todo.pop()
+        for entry in posix.scandir(source + relative):
+            name = relative + "/" + entry.name
+            if not relative and (entry.name in _STDLIB_LEFT_OUT or entry.name.startswith("config-")):
+                continue
+            if entry.name in _STDLIB_LEFT_OUT and entry.is_dir(follow_symlinks=False):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if entry.is_symlink():
+                posix.symlink(posix.readlink(source + name), target + name)
+                continue
+            if entry.is_dir():
+                posix.mkdir(target + name, 0o755)
+                todo.append(name)
+            elif entry.is_file():
+                copied += _copy_file(source + name, target + name, info.st_size)
+            else:
+                continue
+            posix.chmod(target + name, info.st_mode & 0o7777)
+            posix.utime(target + name, ns=(info.st_atime_ns, info.st_mtime_ns))
+    flags = _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+    if libc.mount(None, target.encode(), None, flags, None) != 0:
+        raise OSError("read-only remount of the standard library failed")
+    return copied
+
+
+def _copy_file(source, target, size):
+    import posix
+
+    src = posix.open(source, posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        dst = posix.open(target, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o600)
+        try:
+            done = 0
+            while done < size:
+                sent = posix.sendfile(dst, src, done, size - done)
+                if sent <= 0:
+                    break
+                done += sent
+        finally:
+            posix.close(dst)
+    finally:
+        posix.close(src)
+    return done
 
 
 def _mapped_ids(preferred):
