@@ -206,7 +206,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
 
     Then, once: a network namespace with no interface but a loopback that stays down, an IPC
     namespace, and a mount namespace whose root is the candidates' prepared root
-    (:func:`~.confine.prepare_root`: the standard library read-only, three devices, an empty
+    (:func:`~.confine.prepare_root`: a read-only copy of the standard library in memory, three devices, an empty
     ``/tmp``). Each candidate makes only its own mount namespace (a copy of those few mounts)
     with its own size-capped tmpfs on ``/tmp``, its working directory in it, and drops every
     capability (:func:`~.confine.confine`). Candidates share the network and IPC namespaces

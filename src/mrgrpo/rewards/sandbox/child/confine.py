@@ -18,11 +18,13 @@ layers this system allows and returns their names (``Result.isolation``):
   nothing it can reach through the seccomp filter, which such a candidate never runs without.
   Otherwise it makes them all here, and the process that created the PID namespace stays
   outside as a *relay* that only waits and exits as its child did.
-* ``chroot``: the candidate launcher's read-only root (the standard library, read-only bind,
-  ``site-packages`` hidden; ``/dev/null``, ``/dev/zero``, ``/dev/urandom``) with a size-capped
+* ``chroot``: the candidate launcher's read-only root (a copy of the standard library in
+  memory, without tests, tools and ``site-packages``: :func:`copy_stdlib`; ``/dev/null``,
+  ``/dev/zero``, ``/dev/urandom``) with a size-capped
   tmpfs of the run's own on ``/tmp`` holding the working directory ``/tmp/work``; or, for a
   candidate making its own namespaces, a fresh root with the same content on a size-capped
-  tmpfs mounted over the (private view of the) working directory.
+  tmpfs mounted over the (private view of the) working directory, the standard library there a
+  read-only bind of the host's (``site-packages`` hidden).
 * ``uid`` (real root, with or without the namespaces; uid 0 of a user namespace that may make
   none, where another uid is mapped in it): a drop to a fresh per-run uid and gid (or a mapped
   one), no groups, no capability in any set (:func:`_drop_root`).
@@ -198,7 +200,7 @@ def _launcher_namespaces(job, layers):
 def prepare_root(stdlib):
     """In the candidate launcher, once (already in mount, network and IPC namespaces of its own):
     the candidates' root, on a small tmpfs made read-only once built: the standard library
-    (read-only bind, ``site-packages`` hidden), ``/dev/null``, ``/dev/zero``, ``/dev/urandom``,
+    (a copy in memory: :func:`copy_stdlib`), ``/dev/null``, ``/dev/zero``, ``/dev/urandom``,
     and an empty ``/tmp`` on which each candidate mounts a tmpfs of its own. The launcher moves
     into it (``pivot_root``, the old root detached, so a candidate's mount namespace copies only
     these few mounts; ``chroot`` where ``pivot_root`` is refused). False where any step fails
