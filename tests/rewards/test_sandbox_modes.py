@@ -437,7 +437,7 @@ def run_mode(mode: str, jobs: str) -> dict:
 
 
 EXPECTED_LAYERS = {
-    "as-is": {"netns", "mountns", "ipcns", "chroot", "uid", "seccomp"},
+    "as-is": {"netns", "mountns", "ipcns", "pidns", "chroot", "uid", "seccomp"},
     "userns-root": {"userns", "netns", "mountns", "ipcns", "pidns", "chroot", "seccomp"},
     "nobody": {"userns", "netns", "mountns", "ipcns", "pidns", "chroot", "seccomp"},
     "no-namespaces": {"landlock", "seccomp"},

@@ -113,7 +113,7 @@ class Result:
             :func:`mrgrpo.rewards.sandbox.null_job` builds the problem's null program; ``None``
             otherwise, or where an answer could not be kept.
         isolation: the layers in force in the candidate, e.g.
-            ``netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards`` (root),
+            ``netns,mountns,ipcns,pidns,chroot,uid,landlock,seccomp,guards`` (root),
             ``userns,netns,mountns,ipcns,pidns,chroot,landlock,seccomp,guards`` (no root),
             ``uid,landlock,seccomp,guards`` (root, namespaces refused), ``landlock,seccomp,guards``
             (namespaces refused), ``nocaps,landlock,seccomp,guards`` (uid 0 of a user namespace

@@ -8,12 +8,11 @@ layers this system allows and returns their names (``Result.isolation``):
   themselves, so the namespaces below need no privilege; every capability is dropped once
   the private root is built.
 * ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, an IPC namespace that is
-  not the host's; ``pidns`` (not real root: the program shares the caller's uid): a private
-  process tree (the program is process 1 of it: no other process can be named, so none can be
-  signalled or traced). Started by the launcher's candidate launcher
-  (:func:`~.boot._candidate_launcher`), the candidate is already in that launcher's network and
-  IPC namespaces (and, not real root, its user namespace, and process 1 of a fresh PID
-  namespace) and under its prepared root (:func:`prepare_root`): it makes only its own mount
+  not the host's; ``pidns``: a private process tree (the program is process 1 of it: no other
+  process can be named, so none can be signalled, traced, probed or timed). Started by the
+  launcher's candidate launcher (:func:`~.boot._candidate_launcher`), the candidate is already in
+  that launcher's network and IPC namespaces (and, not real root, its user namespace), process 1
+  of a fresh PID namespace, and under its prepared root (:func:`prepare_root`): it makes only its own mount
   namespace and tmpfs (:func:`_launcher_namespaces`); what it shares with other candidates holds
   nothing it can reach through the seccomp filter, which such a candidate never runs without.
   Otherwise it makes them all here, and the process that created the PID namespace stays
@@ -144,10 +143,10 @@ def _namespaces(job, layers):
     _, libc, _ = _c()
     real_root = _real_root()
     uid, gid = posix.geteuid(), posix.getegid()
-    # As real root the program gets a fresh uid of its own (no process of it to signal or trace),
-    # so a PID namespace would add a fork per run for nothing; without root it shares the
-    # caller's uid, and its own process tree is what keeps the caller out of its reach.
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | (0 if real_root else _CLONE_NEWUSER | _CLONE_NEWPID)
+    # A PID namespace in every case: without root the program shares the caller's uid, and its
+    # own process tree is what keeps the caller out of its reach; as root (a fresh uid of its own)
+    # it still could name, probe and time every other process of the host without one.
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWPID | (0 if real_root else _CLONE_NEWUSER)
     if libc.unshare(flags) != 0:
         raise OSError("unshare refused")
     if not real_root:
@@ -161,28 +160,27 @@ def _namespaces(job, layers):
             libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         layers.append("userns")
     layers += ["netns", "mountns", "ipcns"]
-    if not real_root:
-        child = posix.fork()
-        if child:
-            _relay(child)
-        libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
-        layers.append("pidns")
+    child = posix.fork()
+    if child:
+        _relay(child)
+    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    layers.append("pidns")
     return real_root
 
 
 def _launcher_namespaces(job, layers):
     """A candidate of the candidate launcher: its own mount namespace (a copy of the launcher's
     few mounts) with its own size-capped tmpfs on ``/tmp`` holding its working directory; the
-    launcher's network and IPC namespaces (and, not real root, its user namespace, and process 1
-    of a fresh PID namespace: checked, never run in one shared with any other process). Returns
+    launcher's network and IPC namespaces (and, not real root, its user namespace), process 1 of a
+    fresh PID namespace (checked: never run in one shared with any other process). Returns
     the working directory. Any failure ends the process (status 71): the launcher checked at its
     start that a candidate can do all this."""
     import posix
 
     _, libc, _ = _c()
+    if posix.getpid() != 1:
+        posix._exit(71)
     if not LAUNCHER_REAL_ROOT:
-        if posix.getpid() != 1:
-            posix._exit(71)
         layers.append("userns")
     if libc.unshare(_CLONE_NEWNS) != 0:
         posix._exit(71)
@@ -193,7 +191,7 @@ def _launcher_namespaces(job, layers):
     posix.mkdir(workdir, 0o700)
     if LAUNCHER_REAL_ROOT:
         posix.chown(workdir, job["uid"], job["uid"])
-    layers += ["netns", "mountns", "ipcns"] + ([] if LAUNCHER_REAL_ROOT else ["pidns"]) + ["chroot"]
+    layers += ["netns", "mountns", "ipcns", "pidns", "chroot"]
     return workdir
 
 
