@@ -653,10 +653,11 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         openat=257, at_refused=(133, 259), at_absent=(437,), memory=(319,), setsockopt=54,
         cache=(221, 187, 27, 451, 253, 294, 254, 255, 300, 301, 73), futex=202, futex2=(449, 454, 455, 456),
         rw2=(327, 328), fcntl=72, madvise=28, prctl=157,
-        hot=(0, 1, 3, 5, 8, 9, 10, 11, 12, 13, 14, 262, 217, 7, 4, 6, 17, 318, 228),
+        pid0=(121, 124, 109, 143, 145, 148, 204, 315), pid1=(140, 252), clock=(228, 229, 230, 222),
+        hot=(0, 1, 3, 5, 8, 9, 10, 11, 12, 13, 14, 262, 217, 7, 4, 6, 17, 318),
         deny=(101, 310, 311, 424, 434, 438, 272, 308, 165, 166, 155, 161, 321, 298, 323, 250, 248, 249, 304, 303,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 246, 320, 175, 313, 176, 169, 163, 141, 203, 144,
-              142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168),
+              142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168, 125),
         ipc=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245),
         net=(49, 42, 50, 43, 288, 44, 46, 307),
     )),
@@ -666,10 +667,11 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         openat=56, at_refused=(33,), at_absent=(437,), memory=(279,), setsockopt=208,
         cache=(223, 213, 232, 451, 26, 27, 28, 262, 263, 32), futex=98, futex2=(449, 454, 455, 456),
         rw2=(286, 287), fcntl=25, madvise=233, prctl=167,
-        hot=(63, 64, 57, 80, 62, 222, 226, 215, 214, 134, 135, 79, 61, 67, 278, 113),
+        pid0=(155, 156, 154, 121, 120, 127, 123, 275), pid1=(141, 31), clock=(113, 114, 115, 107),
+        hot=(63, 64, 57, 80, 62, 222, 226, 215, 214, 134, 135, 79, 61, 67, 278),
         deny=(117, 270, 271, 424, 434, 438, 97, 268, 40, 39, 41, 51, 280, 241, 282, 219, 217, 218, 265, 264,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 104, 294, 105, 273, 106, 142, 89, 140, 122, 119,
-              118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225),
+              118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225, 90),
         ipc=(194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187, 180, 181, 182, 183, 184, 185),
         net=(200, 203, 201, 202, 242, 206, 211, 269),
     )),
@@ -679,7 +681,16 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # open_by_handle_at, name_to_handle_at, io_uring_*, open_tree, move_mount, fsopen, fsconfig, fsmount,
 # fspick, mount_setattr, kexec_*, init/finit/delete_module, reboot, acct, setpriority,
 # sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr, ioprio_set, migrate_pages,
-# move_pages, get_robust_list, process_mrelease, process_madvise, kcmp, quotactl, swapon, swapoff.
+# move_pages, get_robust_list, process_mrelease, process_madvise, kcmp, quotactl, swapon, swapoff,
+# capget (its pid is in a struct the filter cannot read: it would name and read any process; the
+# candidate's own capabilities are checked before the filter is installed).
+# pid0, pid1: calls whose first (getpgid, getsid, setpgid, sched_getparam, sched_getscheduler,
+# sched_rr_get_interval, sched_getaffinity, sched_getattr) or second argument (getpriority,
+# ioprio_get) is a pid: only 0 or the candidate's own, since each answers differently for a pid
+# that exists (where namespaces are refused there is no PID namespace to keep others out of sight).
+# clock: clock_gettime, clock_getres, clock_nanosleep, timer_create on a clock id that names
+# another process's or thread's CPU clock (negative ids but those of pid 0, this process: another
+# process's CPU time would time its judge or another candidate).
 # ipc: SysV shared memory (shmget, shmat, shmctl, shmdt), semaphores (semget, semop, semctl,
 # semtimedop), message queues (msgget, msgsnd, msgrcv, msgctl) and POSIX message queues (mq_open,
 # mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr): state that would outlive a
@@ -719,6 +730,7 @@ _PR_SET_MEMORY_MERGE = 67
 _FUTEX_PRIVATE_FLAG = 128
 _BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 _AT_FDCWD = 0xFFFFFF9C  # -100, as the low 32 bits of the argument
+_CLOCK_OF_PID_0 = 0xFFFFFFF8  # ((~0) << 3): the CPU clocks of pid 0 (this process, this thread) and up
 _OPEN_WRITES = 0o1 | 0o2 | 0o100 | 0o1000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC (O_TMPFILE needs one of the first two)
 
 
@@ -786,6 +798,12 @@ def _build_program(machine, me):
     for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         jeq(nr[name], "self")
     jeq(nr["prlimit64"], "self_or_zero")
+    for number in nr["pid0"]:
+        jeq(number, "self_or_zero")
+    for number in nr["pid1"]:
+        jeq(number, "self_or_zero_1")
+    for number in nr["clock"]:
+        jeq(number, "clock")
     jeq(nr["socketpair"], "unix")
     jeq(nr["setsockopt"], "setsockopt")
     jeq(nr["ioctl"], "ioctl")
@@ -831,6 +849,14 @@ def _build_program(machine, me):
     ld(16)
     jeq(0, "allow")
     jeq(me, "allow", "eperm")
+    label("self_or_zero_1")
+    ld(24)  # args[1], low 32 bits
+    jeq(0, "allow")
+    jeq(me, "allow", "eperm")
+    label("clock")
+    ld(16)  # args[0]: the clock id, low 32 bits
+    code.append((0x35, "allow", 0, _CLOCK_OF_PID_0))  # JGE: this process's (or thread's) CPU clock
+    code.append((0x35, "eperm", "allow", 0x80000000))  # another process's: negative
     label("unix")
     ld(16)
     jeq(1, "allow", "eperm")  # AF_UNIX
@@ -955,6 +981,15 @@ def confine(job):
     if root:
         drop = _drop_root(ids, workdir, job["stdlib"], "chroot" in layers, groups_fixed)
         layers.insert(layers.index("landlock") if "landlock" in layers else len(layers), drop)
+    if not _capabilities_gone():  # before the filter, which refuses capget
+        # Not uid 0 and not namespaced, yet holding capabilities (ambient or file ones given to
+        # the user): dropped; then every mode is checked alike, and none runs with any left.
+        try:
+            _drop_capabilities(user_namespace=False)
+        except OSError:
+            pass
+        if not _capabilities_gone():
+            posix._exit(71)
     if "seccomp" not in refuse and _seccomp():
         layers.append("seccomp")
     elif IN_LAUNCHER:
@@ -964,13 +999,4 @@ def confine(job):
         # none runs without it. Never reached in practice: that launcher starts only where its
         # probe installed the filter, and the caller sends it no job that refuses seccomp.
         posix._exit(71)
-    if not _capabilities_gone():
-        # Not uid 0 and not namespaced, yet holding capabilities (ambient or file ones given to
-        # the user): dropped; then every mode is checked alike, and none runs with any left.
-        try:
-            _drop_capabilities(user_namespace=False)
-        except OSError:
-            pass
-        if not _capabilities_gone():
-            posix._exit(71)
     return workdir, layers
