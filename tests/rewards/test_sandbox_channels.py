@@ -416,8 +416,10 @@ def test_unsandboxed_page_cache_timing_carries_the_bits():
     assert _recovered(bits, outs[1].stdout) >= 60, (bits, outs[1].stdout)
 
 
+# Not strict: another process reading those files between the eviction and the reader (a launcher
+# copying the standard library does) hides the channel, and the test would pass by chance.
 OPEN_WITHOUT_NAMESPACES = pytest.mark.xfail(
-    strict=True, reason="namespaces refused: candidates read the host's standard library in place (docs/sandbox.md)")
+    strict=False, reason="namespaces refused: candidates read the host's standard library in place (docs/sandbox.md)")
 
 
 @pytest.mark.parametrize("mode", [pytest.param(m, marks=OPEN_WITHOUT_NAMESPACES) if "no-namespaces" in m else m
