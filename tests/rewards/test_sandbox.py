@@ -694,7 +694,7 @@ def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     before = leftovers()
     result = run(job(GOOD))
-    assert result.isolation == "netns,mountns,ipcns,uid,guards" and result.passed, result  # root's uid dropped all the same
+    assert result.isolation == "netns,mountns,ipcns,pidns,uid,guards" and result.passed, result  # root's uid dropped all the same
     with pytest.raises(IsolationError):
         run(job(GOOD), require_isolation=True)
     assert leftovers() <= before
