@@ -1,6 +1,6 @@
-"""Efficiency timing (``mrgrpo.rewards.timing``): a program is compared only with the reference
-and null-program runs of its own window, by two estimates that must agree; windows scripted run
-by run (``ScriptedClock``) check the executor's rounds, and hand-derived windows the statistic."""
+"""Efficiency timing (``mrgrpo.rewards.timing``): a program is scored only from its own window,
+at the floor the reference has shown or within a steady window; windows scripted run by run
+(``ScriptedClock``) check the executor's rounds, and hand-derived windows the statistic."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ import pytest
 
 from mrgrpo.rewards.code import CodeExecutor
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict
-from mrgrpo.rewards.timing import Timing, efficiency, window_efficiency, window_estimates, window_settled
+from mrgrpo.rewards.timing import Timing, efficiency, window_efficiency, window_score
 
 LIMITS = Limits(wall_s=10.0, cpu_s=5)
 
 
-def window(refs, gens, nulls=None, clock="cpu"):
-    """The (program, reference, null) Timings of a window: r0, then rounds (g_i, n_i, r_i)."""
+def window(refs, gens, nulls=None, floors=None, clock="cpu"):
+    """The (program, reference, null) Timings of a window: r0, then rounds (g_i, n_i, r_i);
+    ``floors``: the reference's and null program's best of all time (default: the window's)."""
     nulls = nulls or [0.0] * len(gens)
-    return Timing.from_times(tuple(gens), clock), Timing.from_times(tuple(refs), clock), Timing.from_times(tuple(nulls), clock)
+    program = dataclasses.replace(Timing.from_times(tuple(gens), clock), floors=floors or (min(refs), min(nulls)))
+    return program, Timing.from_times(tuple(refs), clock), Timing.from_times(tuple(nulls), clock)
 
 
 def test_efficiency_subtracts_the_harness_cost():
@@ -28,33 +30,41 @@ def test_efficiency_subtracts_the_harness_cost():
     assert efficiency(0.5, 5.0, 1.0) == 1.0  # faster than the harness: clipped
 
 
-def test_the_two_estimates_of_a_window():
-    # refs 20, 20, 32, 32 ms; program 10, 16, 16; null 2, 3, 2 (best 2):
-    # by minima 1 - (10 - 2) / (20 - 2) = 0.5556
-    # by rounds: 1 - 8/(20-2) = 0.5556; 1 - 14/(26-2) = 0.4167; 1 - 14/(32-2) = 0.5333 -> median 0.5333
-    by_minima, by_rounds = window_estimates(*window([0.020, 0.020, 0.032, 0.032], [0.010, 0.016, 0.016], [0.002, 0.003, 0.002]))
-    assert by_minima == pytest.approx(1 - 8 / 18) and by_rounds == pytest.approx(1 - 14 / 30)
-    # an even number of rounds: the mean of the middle two (0 and 0.25 of 0.5, 0, 0.25, 0)
-    assert window_estimates(*window([0.02] * 5, [0.010, 0.020, 0.015, 0.020]))[1] == pytest.approx(0.125)
-    assert window_estimates(*window([0.02] * 3, [0.010, 0.020, 0.015])) is None  # not r0 plus one reference run a round
-    wall = Timing.from_times((0.010, 0.010), "wall")
-    assert window_estimates(wall, Timing.from_times((0.02,) * 3, "cpu"), Timing(None, None, None, 0)) is None  # two clocks
+def test_at_the_floor_the_smallest_confirmed_time_counts():
+    # every round's reference runs (20-21 ms) within 1.10 x the best of all time (20 ms): 10 ms is
+    # confirmed by 10.5 (<= 10 x 1.08), so 1 - (10 - 2) / (20 - 2) with the null program's best 2 ms
+    at_floor = window([0.020, 0.021, 0.021, 0.020], [0.012, 0.010, 0.0105], floors=(0.020, 0.002))
+    assert window_score(*at_floor) == pytest.approx(1 - 8 / 18)
+    # a lone fast run is not confirmed (14 > 10.8, 16 > 15.1), and the program's runs are not steady
+    assert window_score(*window([0.020] * 4, [0.010, 0.014, 0.016], floors=(0.020, 0.0))) is None
+    # a round counts only if both reference runs around the program's were at the floor: here only
+    # the first (20, 21); the 9 ms run between 21 and 30 ms does not count
+    assert window_score(*window([0.020, 0.021, 0.030, 0.030], [0.016, 0.009, 0.016], floors=(0.020, 0.0))) is None
 
 
-def test_a_window_is_scored_only_where_its_estimates_agree():
-    # one spell slowed the whole window: the program (half the work) is half as fast, as it is
-    assert window_efficiency(*window([0.032, 0.033, 0.032, 0.0325], [0.016, 0.0165, 0.016])) == pytest.approx(0.5)
-    # a copy whose one run met a fast spell no reference run met: by minima 1 - 20/32 = 0.375, by
-    # rounds the median 0: they disagree; with its reference at 20 ms later in the window they agree on 0
-    lone = window([0.032] * 4, [0.020, 0.032, 0.032])
-    assert window_estimates(*lone) == pytest.approx((0.375, 0.0)) and not window_settled(*lone)
-    met = window([0.032] * 4 + [0.020] * 2, [0.020, 0.032, 0.032, 0.020, 0.020])
-    assert window_settled(*met) and window_efficiency(*met) == 0.0
-    program, reference, null = lone
+def test_a_steady_window_compares_its_medians():
+    # the reference's best of all time was 20 ms, this window ran at 1.6x throughout: no round at
+    # the floor, but one speed: 1 - 16/32 by medians and by rounds
+    assert window_score(*window([0.032] * 4, [0.016, 0.0165, 0.016], floors=(0.020, 0.0))) == pytest.approx(
+        1 - 0.016 / 0.032)
+    # two thirds within 6% of the median suffice (one run of the program off, at 25 ms): medians 16 and
+    # 32, rounds 0.5, 0.5, 0.22 (median 0.5)
+    assert window_score(*window([0.032] * 4, [0.016, 0.016, 0.025], floors=(0.020, 0.0))) == pytest.approx(0.5)
+    # ... where the comparison by rounds agrees: a reference run off at 40 ms moves it to 0.56 (> 0.05 away)
+    assert window_score(*window([0.032, 0.040, 0.032, 0.032], [0.016, 0.016, 0.025], floors=(0.020, 0.0))) is None
+    # half the runs at one speed and half at another is not steady
+    assert window_score(*window([0.032, 0.020, 0.032, 0.020], [0.016, 0.010, 0.016], floors=(0.015, 0.0))) is None
+
+
+def test_windows_that_cannot_be_read():
+    program, reference, null = window([0.02] * 4, [0.010, 0.020, 0.015])
+    assert window_score(program, Timing.from_times((0.02,) * 3, "cpu"), null) is None  # not r0 plus one a round
+    wall = dataclasses.replace(Timing.from_times((0.010,) * 3, "wall"), floors=(0.02, 0.0))
+    assert window_score(wall, reference, null) is None  # two clocks
     assert window_efficiency(Timing(None, None, None, 3), reference, null) == 0.0  # a failed run decides
     assert window_efficiency(dataclasses.replace(program, disturbed=True), reference, null) is None
-    # references under a millisecond are not judged for agreement (their runs spread in steps)
-    assert window_settled(*window([0.0008] * 4, [0.0004, 0.0008, 0.0008]))
+    # references under a millisecond: the program's best against the reference's, no abstention
+    assert window_score(*window([0.0008] * 4, [0.0004, 0.0008, 0.0007], floors=(0.0008, 0.0))) == pytest.approx(0.5)
 
 
 class ScriptedClock:
@@ -100,27 +110,27 @@ def test_a_program_timed_while_the_machine_is_busy_is_not_paid_less(monkeypatch)
     executor, reference, [gen], clock = scripted_executor(monkeypatch, times)
     r, n, g = executor.time_against([(reference, gen)])[0]
     assert not g.disturbed and r.best == 0.032 and r.repeats == 4 and g.repeats == 3  # the window's own runs
-    assert window_efficiency(g, r, n) == pytest.approx(0.5)
+    assert window_efficiency(g, r, n) == pytest.approx(1 - 0.016 / 0.03225)  # medians: 16 against 32.25 ms
     assert all(not ts for ts in clock.times.values())  # three rounds: the estimates agreed at once
 
 
-def test_a_fast_spell_met_by_one_side_only_gets_more_rounds_then_abstains(monkeypatch):
-    """A copy (same work) whose first run met a fast spell (20 ms) that no reference run met: by
-    minima it looks 37.5% faster, by rounds not at all. It gets rounds up to the cap (3 + 6); if
-    the reference never meets the spell the window is disturbed and efficiency abstains."""
-    times = {"ref": [0.032] * 7 + [0.032] * 10, "null": [0.0] * 16, "gen0": [0.020] + [0.032] * 8}
+def test_a_copy_whose_one_run_met_a_fast_spell_alone_is_not_paid(monkeypatch):
+    """A copy (same work, 32 ms) whose first run met a fast spell (20 ms) no reference run met: its
+    smallest time at the floor is not confirmed, its second is (32 and 32): efficiency 0. Comparing
+    the two minima of the window would have paid it 0.375."""
+    times = {"ref": [0.032] * 7 + [0.032] * 4, "null": [0.0] * 10, "gen0": [0.020, 0.032, 0.032]}
+    executor, reference, [gen], clock = scripted_executor(monkeypatch, times)
+    r, n, g = executor.time_against([(reference, gen)])[0]
+    assert g.repeats == 3 and not g.disturbed and window_efficiency(g, r, n) == 0.0
+
+
+def test_a_window_whose_speed_changes_every_run_abstains(monkeypatch):
+    """The reference alternating between 32 and 20 ms (best of all time 20): no round with both of
+    its reference runs at the floor, and no steady speed: rounds up to the cap (3 + 6), then none."""
+    times = {"ref": [0.020] * 7 + [0.032, 0.020] * 5, "null": [0.0] * 16, "gen0": [0.016, 0.010] * 5}
     executor, reference, [gen], clock = scripted_executor(monkeypatch, times)
     r, n, g = executor.time_against([(reference, gen)])[0]
     assert g.repeats == 9 and g.disturbed and window_efficiency(g, r, n) is None
-
-
-def test_a_fast_spell_met_by_both_sides_settles_the_window(monkeypatch):
-    """The same copy, its reference meeting the fast spell in rounds 4 and 5: the estimates agree on 0."""
-    times = {"ref": [0.032] * 7 + [0.032] * 4 + [0.020] * 2, "null": [0.0] * 12,
-             "gen0": [0.020, 0.032, 0.032, 0.020, 0.020]}
-    executor, reference, [gen], clock = scripted_executor(monkeypatch, times)
-    r, n, g = executor.time_against([(reference, gen)])[0]
-    assert g.repeats == 5 and not g.disturbed and window_efficiency(g, r, n) == 0.0
 
 
 def test_each_program_is_compared_with_its_own_window(monkeypatch):
@@ -146,7 +156,7 @@ def test_a_window_that_does_not_settle_is_not_scored_by_the_suite(monkeypatch):
     import mrgrpo.rewards.code as code
     from mrgrpo.rewards import get_suite
 
-    monkeypatch.setattr(code, "window_settled", lambda program, reference, null: False)  # never agree
+    monkeypatch.setattr(code, "window_score", lambda program, reference, null: None)  # never comparable
     suite = get_suite("code", components=("efficiency",), min_reference_s=0.0, timing_repeats=2, extra_repeats=1)
     heavy = "def check(candidate):\n    assert candidate(100000) == %d\n" % sum(range(100000))
     reference = "def f(n):\n    t = 0\n    for i in range(n):\n        t += i\n    return t\n"

@@ -69,7 +69,7 @@ from typing import Any
 
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, probe, run_alone, run_many
-from mrgrpo.rewards.timing import Timing, base, window_efficiency, window_settled
+from mrgrpo.rewards.timing import Timing, base, window_efficiency, window_score
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
 CODE_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -361,11 +361,11 @@ class CodeExecutor:
 
         The window: one run of the reference, then rounds of (program, null program, reference),
         all alone, so that the three are timed under the same conditions; the program is compared
-        with these runs only (:func:`mrgrpo.rewards.timing.window_efficiency`), never with runs
-        made at other times. ``timing_repeats`` rounds, and up to ``extra_repeats`` more while the
-        window's two estimates disagree (:func:`mrgrpo.rewards.timing.window_settled`); if they
-        still disagree the program's timing is ``disturbed`` (efficiency abstains). The cached
-        timings of the reference and the null program take the window's runs in."""
+        with these runs (at the floor the reference's runs of all time have shown, or within a
+        steady window: :func:`mrgrpo.rewards.timing.window_score`). ``timing_repeats`` rounds, and
+        up to ``extra_repeats`` more while the window shows neither; then the program's timing is
+        ``disturbed`` (efficiency abstains). The cached timings of the reference and the null
+        program take the window's runs in."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -374,6 +374,8 @@ class CodeExecutor:
                 if key not in self._timings and key not in todo:
                     todo[key] = (ref, gen, *self._null_of(ref))
             for key, (ref, gen, null_key, null) in todo.items():
+                ref_key = (True, *_job_key(ref))
+                history = [self._timings.get(k) for k in (ref_key, null_key)]
                 got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
                 jobs = {"null": null, "ref": ref, "gen": gen}
 
@@ -386,7 +388,12 @@ class CodeExecutor:
                     self.timed_runs += len(kinds)
 
                 def window() -> tuple[Timing, Timing, Timing]:
-                    return Timing.of(got["gen"]), Timing.of(got["ref"]), Timing.of(got["null"])
+                    ref_window, null_window = Timing.of(got["ref"]), Timing.of(got["null"])
+                    floors = []
+                    for past, now in zip(history, (ref_window, null_window)):
+                        best = [t.best for t in (past, now) if t is not None and t.best is not None and t.clock == ref_window.clock]
+                        floors.append(min(best) if best else 0.0)
+                    return dataclasses.replace(Timing.of(got["gen"]), floors=tuple(floors)), ref_window, null_window
 
                 timed("ref")
                 cap = repeats + self.extra_repeats
@@ -395,16 +402,18 @@ class CodeExecutor:
                     rounds = len(got["gen"])
                     if not got["gen"][-1].passed:  # a failed run decides: efficiency 0
                         break
-                    if rounds >= cap or (rounds >= repeats and window_settled(*window())):
+                    if not all(r.passed for r in got["ref"] + got["null"]):  # nothing to compare with
                         break
-                for cached_key, kind in ((True, *_job_key(ref)), "ref"), (null_key, "null"):
+                    if rounds >= cap or (rounds >= repeats and window_score(*window()) is not None):
+                        break
+                for cached_key, kind in (ref_key, "ref"), (null_key, "null"):
                     if got[kind]:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
                         self._held(cached_key)
                 timing, ref_window, null_window = window()
-                disturbed = not window_settled(timing, ref_window, null_window)
+                disturbed = timing.best is not None and window_score(timing, ref_window, null_window) is None
                 self._timings[key] = dataclasses.replace(timing, disturbed=disturbed, against=(ref_window, null_window))
                 self._held(key)
             out = []

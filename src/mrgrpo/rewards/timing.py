@@ -1,25 +1,27 @@
 """Timing of programs for the ``efficiency`` reward: repeated runs and the window statistic.
 
-A program's runs are compared only with runs of its reference and of the problem's null
-program made in the same *window*, interleaved with its own (reference r0, then rounds of
-program g_i, null program n_i, reference r_i), never with runs made at other times: the CPU time
-one run takes moves with the machine (on a VM whose CPUs are shared, the same run takes 1x to
-about 1.9x its uncontended time, in spells), so a minimum over runs made at another time is a
-minimum over other conditions. Two estimates of the share of the reference's own work that the
-program saves are made from one window (both subtract the harness's share ``t_null``, the
-window's best null-program run):
+The CPU time one run takes moves with the machine: on a VM whose cores the host shares, the
+same run takes 1x to about 1.9x its fastest time, the factor changing in spells of a hundred
+milliseconds to seconds, and under load the fastest conditions can be rare. A program is
+therefore timed in a *window* of its own: reference r_0, then rounds of (program g_i, null
+program n_i, reference r_i), and scored only where the window shows it ran under conditions it
+can be compared in:
 
-* by minima: ``1 - (min g - t_null) / (min r - t_null)``; noise only adds time, so each
-  minimum approaches its program's time in the fastest conditions the window had, if both
-  programs ran in them;
-* by rounds: the median over rounds of ``1 - (g_i - t_null) / ((r_{i-1} + r_i) / 2 - t_null)``,
-  each program run against the two reference runs around it, under (nearly) the same
-  conditions; a run that met a spell its neighbours did not is an outlier the median drops.
+* **at the floor**: rounds whose two reference runs (before and after the program's run) are
+  both within :data:`FLOOR` of the reference's best of all its runs (the machine's fastest
+  conditions, as the reference has met them); the program's smallest time among such rounds
+  that a second one confirms (within :data:`CONFIRM`) is compared with that best (the null
+  program's best subtracted from both);
+* **steady**: at least two thirds of the program's runs, and of the reference's, within
+  :data:`STEADY` of their window's median (one speed throughout, whatever it is): the medians
+  are compared, and must agree within :data:`AGREE` with the median over rounds of each program
+  run against the mean of the two reference runs around it; the lower of the two is the score.
 
-Where both agree within :data:`AGREE` the window is scored with the lower of the two; where
-they do not (one program met fast conditions the other never met in the window, or the
-conditions changed from run to run) the window gets more rounds, and if they still disagree the
-program is ``disturbed``: efficiency abstains. See docs/sandbox.md.
+A window that shows neither gets more rounds (up to the cap), then abstains: the program's timing
+is ``disturbed`` and efficiency is ``None``. Comparing a program's best run with the reference's
+best of all time (the rule before) paid a fast program 0.2 instead of 0.5 whenever only the
+reference had met a fast spell; comparing two minima within the window paid a copy whose one run
+met such a spell alone. See docs/sandbox.md for the measurements.
 """
 
 from __future__ import annotations
@@ -29,12 +31,16 @@ from dataclasses import dataclass
 
 from mrgrpo.rewards.sandbox import Result
 
-#: The two estimates of one window (by minima, by rounds) agree when they differ by at most this
-#: much (in efficiency, the share of the reference's own work): the window is scored with the
-#: lower; otherwise it gets more rounds, then abstains.
-AGREE = 0.10
-#: References faster than this are not judged for agreement: runs this short spread in steps far
-#: wider than any slowdown; the program gets ``timing_repeats`` rounds and the lower estimate.
+#: A reference run is at the floor within this factor of the reference's best of all its runs.
+FLOOR = 1.10
+#: A program's time at the floor counts where a second run at the floor is within this factor.
+CONFIRM = 1.08
+#: A window is steady where two thirds of each program's runs are within this share of the median.
+STEADY = 0.06
+#: A steady window's comparison of medians and its comparison by rounds agree within this much.
+AGREE = 0.05
+#: References faster than this are not judged: runs this short spread in steps far wider than any
+#: slowdown; the program gets ``timing_repeats`` rounds and its best against the reference's.
 FAIRNESS_MIN_S = 1e-3
 
 
@@ -59,8 +65,10 @@ class Timing:
     ``clock`` says which). ``best``: the minimum; ``median``, ``worst``: the spread; ``times``:
     every time kept (the newest 256), in the order the runs were made. ``None`` fields when a
     repeat did not pass. A program's timing also carries ``against``: the ``(reference, null
-    program)`` timings of its window (their runs interleaved with its own: :func:`window_estimates`),
-    and ``disturbed``: the window's two estimates disagreed (efficiency abstains)."""
+    program)`` timings of its window (their runs interleaved with its own), ``floors``: the best
+    times of the reference and of the null program over all their runs up to the end of the
+    window, and ``disturbed``: the window showed no comparable conditions (:func:`window_score`:
+    efficiency abstains)."""
 
     best: float | None
     median: float | None
@@ -70,6 +78,7 @@ class Timing:
     times: tuple[float, ...] = ()
     disturbed: bool = False
     against: tuple[Timing, Timing] | None = None
+    floors: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, results: Sequence[Result]) -> Timing:
@@ -96,38 +105,47 @@ def base(null: Timing, reference: Timing) -> float:
     return null.best if null.best is not None and null.clock == reference.clock else 0.0
 
 
-def window_estimates(program: Timing, reference: Timing, null: Timing) -> tuple[float, float] | None:
-    """``(by minima, by rounds)``: the two estimates of the program's efficiency from one window
-    (module docstring). ``program.times``: g_1..g_k; ``reference.times``: r_0..r_k, in the order
-    they ran; ``None`` where the window cannot be read so (a failed run, another clock, a
-    reference with fewer than ``k + 1`` runs)."""
-    gens, refs = program.times, reference.times
+def _median(values: Sequence[float]) -> float:
+    ordered, middle = sorted(values), len(values) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _steady(times: Sequence[float]) -> bool:
+    middle = _median(times)
+    return 3 * sum(abs(t - middle) <= STEADY * middle for t in times) >= 2 * len(times)
+
+
+def window_score(program: Timing, reference: Timing, null: Timing) -> float | None:
+    """The program's efficiency from its window (module docstring): at the floor, else where the
+    window was steady, else ``None``. ``program.times``: g_1..g_k, ``reference.times``: r_0..r_k,
+    ``null.times``: n_1..n_k (empty where there is no null program), in the order they ran;
+    ``program.floors``: the reference's and the null program's best of all time. ``None`` also
+    where the window cannot be read so (a failed run, another clock)."""
+    gens, refs, nulls = program.times, reference.times, null.times
     if (program.best is None or reference.best is None or program.clock != reference.clock
             or not gens or len(refs) != len(gens) + 1):
         return None
-    t_null = base(null, reference)
-    by_minima = efficiency(program.best, reference.best, t_null)
-    rounds = sorted(efficiency(g, (before + after) / 2, t_null) for g, before, after in zip(gens, refs, refs[1:]))
-    middle = len(rounds) // 2
-    by_rounds = rounds[middle] if len(rounds) % 2 else (rounds[middle - 1] + rounds[middle]) / 2
-    return by_minima, by_rounds
-
-
-def window_settled(program: Timing, reference: Timing, null: Timing) -> bool:
-    """No more rounds can change the window's verdict: its two estimates agree, or it cannot be
-    read (:func:`window_estimates`), or its reference is under :data:`FAIRNESS_MIN_S`."""
-    estimates = window_estimates(program, reference, null)
-    if estimates is None or (reference.best or 0.0) < FAIRNESS_MIN_S:
-        return True
-    return abs(estimates[0] - estimates[1]) <= AGREE
+    ref_floor, null_floor = program.floors or (reference.best, base(null, reference))
+    if ref_floor < FAIRNESS_MIN_S:
+        return efficiency(program.best, ref_floor, null_floor)
+    at_floor = sorted(g for g, before, after in zip(gens, refs, refs[1:]) if max(before, after) <= FLOOR * ref_floor)
+    for g, next_one in zip(at_floor, at_floor[1:]):
+        if next_one <= CONFIRM * g:
+            return efficiency(g, ref_floor, null_floor)
+    if len(gens) >= 3 and _steady(gens) and _steady(refs):
+        t_null = _median(nulls) if nulls and null.clock == reference.clock else 0.0
+        by_medians = efficiency(_median(gens), _median(refs), t_null)
+        by_rounds = _median([efficiency(g, (before + after) / 2, t_null) for g, before, after in zip(gens, refs, refs[1:])])
+        if abs(by_medians - by_rounds) <= AGREE:
+            return min(by_medians, by_rounds)
+    return None
 
 
 def window_efficiency(program: Timing, reference: Timing, null: Timing) -> float | None:
-    """The program's efficiency from its window: the lower of the two estimates; 0 where a run of
-    the program failed; ``None`` where the window is ``disturbed`` or cannot be read."""
+    """The program's efficiency from its window: 0 where a run of the program failed; ``None``
+    where the window is ``disturbed`` (or cannot be read); else :func:`window_score`."""
     if program.best is None:
         return 0.0
-    estimates = window_estimates(program, reference, null)
-    if estimates is None or program.disturbed:
+    if program.disturbed:
         return None
-    return min(estimates)
+    return window_score(program, reference, null)
