@@ -154,7 +154,7 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
     print(f"efficiency noise: {len(problems)} problems, {trials} trials of a copy and {fast_trials} of a 2x faster "
           f"program per scored problem; reference and null program first timed {executor.reference_repeats} times, "
           f"then each program in a window of {executor.timing_repeats} rounds (up to "
-          f"{executor.timing_repeats + executor.extra_repeats} while its estimates disagree); load average "
+          f"{executor.timing_repeats + executor.extra_repeats} while it shows no comparable conditions); load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     rows, unscored = [], []
     for problem in problems:

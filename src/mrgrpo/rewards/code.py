@@ -35,13 +35,14 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 reply (the judge's wall clock where ``/proc`` is unreadable); ``t_null`` the
                 harness's share of it, the time of the problem's *null program* (trusted,
                 replaying the reference's answers: ``mrgrpo.rewards.sandbox.null``). The
-                program is compared only with runs of the reference and the null program
-                interleaved with its own (a *window*: 3 rounds, up to 9 while its two
-                estimates disagree; ``mrgrpo.rewards.timing``), each run alone (no other
-                sandbox run in flight). ``None`` without a passing reference, when
+                program is timed in a *window* of runs interleaved with the reference's and
+                the null program's (3 rounds, up to 9), each run alone (no other sandbox run
+                in flight), and compared only in conditions the window shows to be the same
+                for both (at the reference's fastest, confirmed, or one steady speed:
+                ``mrgrpo.rewards.timing``). ``None`` without a passing reference, when
                 ``t_ref - t_null`` < ``min_reference_s`` (1 ms) or ``t_null`` >
                 ``max_harness_share`` (0.10) of it (the most a program serving the judge's
-                pipe itself could gain), or when the window's estimates still disagree; see
+                pipe itself could gain), or when the window shows no such conditions; see
                 docs/sandbox.md for the noise and what holds under load
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
