@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 import mrgrpo
 from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.errors import InputError, UnknownNameError, UserError
+from mrgrpo.estimators.binding import Host
 from mrgrpo.examples import EXAMPLES
 from mrgrpo.keyvalue import parse_options
 
@@ -85,6 +86,10 @@ def _parse_ranges(text: str | None) -> list[tuple[float, float]] | None:
 def _parse_options(items: list[str]) -> dict[str, Any]:
     """``-o key=value`` items, read by :func:`mrgrpo.keyvalue.parse_options` (``eps=1e-5`` is a float)."""
     return parse_options(items, what="--option", example="eps=1e-5")
+
+
+#: The command line as the estimators' host: no trainer settings, its own words in messages.
+CLI_HOST = Host(weights_from="--weights", ranges_fix="give --ranges lo:hi per component")
 
 
 def _estimator_names(text: str) -> list[str]:
@@ -207,15 +212,11 @@ def advantages(
             if estimator.strip() == "all" and any(k not in chosen for k in spec.required):
                 unset.append(name)  # required options (e.g. which component is a cost) not given
                 continue
-            if "reward_ranges" in spec.options:
-                if reward_ranges is None:
-                    if estimator.strip() == "all":
-                        skipped.append(name)
-                        continue
-                    _fail(f"{name} needs --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
-                chosen["reward_ranges"] = reward_ranges
-            chosen = mrgrpo.validate_options(spec, chosen, len(batch.names), batch.names)  # roles by field name
-            columns[name] = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, name, w, **chosen).tolist()
+            if estimator.strip() == "all" and spec.needs_ranges and reward_ranges is None and "reward_ranges" not in chosen:
+                skipped.append(name)
+                continue
+            binding = spec.bind(chosen, names=batch.names, ranges=reward_ranges, weights=w, host=CLI_HOST)
+            columns[name] = binding.advantages(batch.rewards, batch.group_ids).tolist()
     except ValueError as error:
         if isinstance(error, UserError):
             raise
@@ -329,14 +330,14 @@ def diagnose(
     per_estimator = None
     if chosen is not None:
         if estimator.strip() == "all" and reward_ranges is None:
-            chosen = [n for n in chosen if "reward_ranges" not in mrgrpo.get_estimator(n).options]
+            chosen = [n for n in chosen if not mrgrpo.get_estimator(n).needs_ranges]
         per_estimator = {
             n: {k: v for k, v in options.items() if k in mrgrpo.get_estimator(n).options} for n in chosen
         }
         unused = set(options) - {k for n in chosen for k in mrgrpo.get_estimator(n).options}
         if unused:
             _fail(f"option(s) {sorted(unused)} belong to none of the estimators {chosen}")
-        needs_ranges = [n for n in chosen if "reward_ranges" in mrgrpo.get_estimator(n).options]
+        needs_ranges = [n for n in chosen if mrgrpo.get_estimator(n).needs_ranges]
         if needs_ranges and reward_ranges is None:
             _fail(f"{', '.join(needs_ranges)} need(s) --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
     try:

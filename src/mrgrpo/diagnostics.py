@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators import available_estimators, compute_advantages, get_estimator, validate_options
+from mrgrpo.estimators import available_estimators, get_estimator
+from mrgrpo.estimators.binding import bind
 from mrgrpo.estimators._checks import check_reward_ranges
 from mrgrpo.estimators.corr_grpo import correlation_sum
 from mrgrpo.estimators.groups import Groups, group_moments, make_groups
@@ -209,21 +210,19 @@ def _advantage_collapse(
             spec = get_estimator(name)
             explicit = dict(estimator_options.get(name, {}))
             spec.check_options(explicit)
-            options = dict(explicit)
-            if any(key not in options for key in spec.required):
+            if any(key not in explicit for key in spec.required):
                 continue  # required options (e.g. roles) not given: nothing to report
-            if spec.needs_ranges and "reward_ranges" not in options:
-                if ranges is None:
-                    continue  # needs ranges: nothing to report without them
-                options["reward_ranges"] = ranges
+            if spec.needs_ranges and "reward_ranges" not in explicit and ranges is None:
+                continue  # needs ranges: nothing to report without them
             try:
-                options = validate_options(spec, options, values.shape[1], component_names)  # roles by name
-                used = weights if spec.uses_weights else None
-                advantages = compute_advantages(values, groups.index, name, used, **options).to(torch.float64)
+                # (no dry step: the estimator runs on the batch right away)
+                binding = bind(spec, explicit, names=component_names, num_components=values.shape[1], ranges=ranges,
+                               weights=weights, dry_step=False)
+                advantages = binding.advantages(values, groups.index).to(torch.float64)
             except ValueError:
                 if explicit:
                     raise  # the caller's own options are wrong: say so
-                continue  # a user estimator with required options: nothing to report
+                continue  # weights it cannot use, a user estimator's own refusal: nothing to report
         advantages = torch.where(scored, advantages, torch.zeros_like(advantages))
         rounded = torch.round(advantages, decimals=DISTINCT_DECIMALS).unsqueeze(1)
         out["distinct_advantages"][name] = _distinct_per_group(rounded, groups)

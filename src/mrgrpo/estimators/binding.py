@@ -191,6 +191,7 @@ def bind(
     state_from: str = "the resumed state",
     correlation_ema: float | None = None,
     partial: bool = False,
+    dry_step: bool = True,
 ) -> Binding:
     """Bind ``estimator`` to a run; see the module docstring for what is checked.
 
@@ -211,6 +212,8 @@ def bind(
         partial: the components are not known yet (a config read before its suite is built):
             role names stay names, a missing ``reward_ranges`` is allowed, and the dry step runs
             on a guessed K.
+        dry_step: run the estimator once on a synthetic batch (step 7); ``False`` for a caller
+            that runs it on its data right away (the same errors come from that call).
 
     Raises:
         ConfigError: one line naming the setting and the fix (an unknown estimator:
@@ -257,7 +260,8 @@ def bind(
     binding = Binding(
         spec, MappingProxyType(copy.deepcopy(resolved)), names, k, ranges, checked_weights, None, host, partial,
     )
-    _dry_step(binding, label)
+    if dry_step:
+        _dry_step(binding, label)
     if state is not None:
         binding = binding.resume(state, state_from)
     return binding

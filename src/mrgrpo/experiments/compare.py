@@ -109,6 +109,18 @@ def estimator_spec(label: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+def label_config(train: dict[str, Any], label: str, seed: int) -> dict[str, Any]:
+    """The train config mapping of one run: ``train`` with the estimator and options of ``label``
+    (the config's own options only when it names the same estimator) and ``seed``."""
+    data = dict(train)
+    name, options = estimator_spec(label)
+    if name != data.get("estimator"):
+        data["estimator_options"] = {}  # the config's options belong to its own estimator
+    data.update(estimator=name, seed=seed)
+    data["estimator_options"] = {**data.get("estimator_options", {}), **options}
+    return data
+
+
 def run_dir_of(out: Path, estimator: str, seed: int) -> Path:
     safe = "".join(c if c.isalnum() or c in "_.=-" else "-" for c in estimator).strip("-")
     return out / "runs" / safe / f"seed{seed}"
@@ -187,12 +199,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an interrupted run: start it again from scratch
     experiment = ExperimentConfig.model_validate(spec["experiment"])
-    data = dict(spec["train"])
-    name, options = estimator_spec(spec["estimator"])
-    if name != data.get("estimator"):
-        data["estimator_options"] = {}  # the config's options belong to its own estimator
-    data.update(estimator=name, seed=spec["seed"])
-    data["estimator_options"] = {**data.get("estimator_options", {}), **options}
+    data = label_config(spec["train"], spec["estimator"], spec["seed"])
     if spec.get("warm_dir"):
         warm = testbed.warm_start(validate_config(data), spec["seed"], spec["warm_dir"], **experiment.warm_start.model_dump())
         data["model"] = str(warm)
@@ -269,6 +276,11 @@ def run_compare(
         raise ValueError("--estimators: give distinct names")
     out = Path(out)
     train, experiment = load_compare_config(config_path, overrides)
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import check_run
+
+    for label in estimators:  # each estimator bound to the suite before any run starts
+        check_run(validate_config(label_config(train, label, seeds[0] if seeds else 0), f"--estimators {label}"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare_config.yaml").write_text(yaml.safe_dump({**train, "experiment": experiment.model_dump(mode="json")}, sort_keys=False))
     specs = plan(train, experiment, estimators, seeds, out)

@@ -10,9 +10,10 @@ On verl's v1 trainer the rows are agent-loop outputs (:mod:`.sessions`): the est
 row per session (its final output), grouped by ``uid``, and the result is broadcast to the
 session's other outputs.
 
-Everything estimator-specific is read from the estimators' registered traits (scale option,
-unscaled, batch normalization, ranges, roles, state), never from their names. A stateful
-estimator's state is carried across training batches in :data:`.state.STATE`.
+The estimator is bound to verl's settings once per process (:func:`bind_settings`, the one
+place of :func:`mrgrpo.estimators.binding.bind`: options, ranges, weights, roles, verl's
+conventions, all read from the estimators' registered traits, never from their names). A
+stateful estimator's state is carried across training batches in :data:`.state.STATE`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from torch import Tensor
 
 import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
+from mrgrpo.estimators.binding import Binding, Host, bind
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories
-from mrgrpo.integrations.verl.names import verl_name
+from mrgrpo.integrations.verl.names import PREFIX
 from mrgrpo.integrations.verl.state import STATE
 
 
@@ -68,67 +70,55 @@ def reward_matrix(
     return torch.from_numpy(np.stack(columns, axis=1)).to(token_level_rewards.device)
 
 
-def estimator_options(
+def verl_host(settings: MrgrpoVerlConfig, norm_adv_by_std_in_grpo: bool) -> Host:
+    """verl's ``algorithm`` settings as the estimators' :class:`~mrgrpo.estimators.binding.Host`:
+    ``norm_adv_by_std_in_grpo=false`` as ``scale="none"``, its eps, token normalization."""
+    return Host(
+        "verl",
+        scale=None if norm_adv_by_std_in_grpo else "none",
+        eps=settings.eps,
+        normalization=settings.normalization,
+        options_label="algorithm.mrgrpo.options",
+        weights_from="algorithm.mrgrpo.weights",
+        ranges_fix="set algorithm.mrgrpo.options.reward_ranges, or algorithm.mrgrpo.suite to take the suite's",
+        prefix=PREFIX,
+    )
+
+
+#: Bindings made in this process, by their inputs: verl calls the estimator once per training
+#: batch with the same settings, and the binding is checked once.
+_BOUND: dict[str, Binding] = {}
+
+
+def bind_settings(
     estimator: str,
     settings: MrgrpoVerlConfig,
     norm_adv_by_std_in_grpo: bool,
-    num_components: int,
-    component_names: tuple[str, ...] | list[str] | None = None,
-) -> dict[str, Any]:
-    """The keyword options for ``mrgrpo.compute_advantages``: ``settings.options`` plus verl's
-    conventions mapped onto the estimator's traits (``eps``; ``norm_adv_by_std_in_grpo=False``
-    -> its ``scale_option`` set to ``"none"``, or agreement from an ``unscaled`` estimator; token
-    whitening -> ``batch_norm=False``; suite ranges for one that ``needs_ranges``), every value
-    checked (:func:`mrgrpo.validate_options`) and roles resolved against ``component_names``."""
+    state: Any = None,
+    state_from: str = "the resumed state",
+) -> Binding:
+    """``estimator`` bound to verl's settings (:func:`mrgrpo.estimators.binding.bind`): the
+    components and weights after the suite's defaults (a suite's default weights do not apply
+    to an estimator that does not use weights; configured ones are checked), the suite's ranges,
+    ``algorithm.mrgrpo.options``, verl's conventions (:func:`verl_host`) and a resumed state.
+    Made once per process and settings (the launcher and the trainer each bind before work)."""
+    key = repr((estimator, id(mrgrpo.get_estimator(estimator)), settings, norm_adv_by_std_in_grpo)) if state is None else None
+    if key is not None and key in _BOUND:
+        return _BOUND[key]
+    components, weights = resolved_components(settings)
     spec = mrgrpo.get_estimator(estimator)
-    options = dict(settings.options)
-    try:
-        spec.check_options(options)
-    except ValueError as error:
-        raise ConfigError(f"algorithm.mrgrpo.options: {error}") from None
-    if "eps" in spec.options and "eps" not in options and settings.eps is not None:
-        options["eps"] = settings.eps
-    if not norm_adv_by_std_in_grpo:
-        if spec.scale_option is not None:
-            key = spec.scale_option
-            if options.setdefault(key, "none") != "none":
-                raise ConfigError(
-                    f"algorithm.norm_adv_by_std_in_grpo=false conflicts with mrgrpo option {key}={options[key]!r}"
-                )
-        elif not spec.unscaled:
-            unscaled = [verl_name(n) for n in mrgrpo.available_estimators() if mrgrpo.get_estimator(n).unscaled]
-            raise ConfigError(
-                f"algorithm.norm_adv_by_std_in_grpo=false has no meaning for mrgrpo_{estimator}; set it "
-                f"to true (use {' or '.join(unscaled) or 'an unscaled estimator'} for unscaled advantages)"
-            )
-    if settings.normalization == "token":
-        if not spec.batch_norm or "batch_norm" not in spec.options:
-            takers = [
-                n for n in mrgrpo.available_estimators()
-                if mrgrpo.get_estimator(n).batch_norm and "batch_norm" in mrgrpo.get_estimator(n).options
-            ]
-            raise ConfigError(
-                f"algorithm.mrgrpo.normalization='token' replaces a final batch normalization, which "
-                f"mrgrpo_{estimator} does not have (or cannot turn off); estimators with one: {takers}"
-            )
-        if options.get("batch_norm") is True:
-            raise ConfigError("algorithm.mrgrpo.normalization='token' conflicts with option batch_norm=true")
-        options["batch_norm"] = False
-    if spec.needs_ranges and options.get("reward_ranges") is None and settings.suite:
-        options["reward_ranges"] = [list(r) for r in suite_of(settings).reward_ranges]
-    if options.get("reward_ranges") is not None and len(options["reward_ranges"]) != num_components:
-        raise ConfigError(
-            f"reward_ranges has {len(options['reward_ranges'])} entries for {num_components} components"
-        )
-    if spec.needs_ranges and options.get("reward_ranges") is None:
-        raise ConfigError(
-            f"mrgrpo_{estimator} needs reward_ranges: one [lo, hi] per component ({num_components}): set "
-            "algorithm.mrgrpo.options.reward_ranges, or algorithm.mrgrpo.suite to take the suite's"
-        )
-    try:
-        return mrgrpo.validate_options(spec, options, num_components, list(component_names) if component_names else None)
-    except ValueError as error:
-        raise ConfigError(f"algorithm.mrgrpo.options: {error}") from None
+    if not spec.uses_weights and settings.weights is None:
+        weights = None  # (the suite's default weights, not a setting: they do not apply)
+    binding = bind(
+        spec, settings.options, names=components, num_components=None if components else 1,
+        ranges=suite_of(settings).reward_ranges if settings.suite else None, weights=weights,
+        host=verl_host(settings, norm_adv_by_std_in_grpo), state=state, state_from=state_from,
+    )
+    if key is not None:
+        if len(_BOUND) >= 8:
+            _BOUND.clear()
+        _BOUND[key] = binding
+    return binding
 
 
 def suite_of(settings: MrgrpoVerlConfig):
@@ -259,9 +249,8 @@ def token_advantages(
     if norm_adv_by_std_in_grpo is None:
         value = config.get("norm_adv_by_std_in_grpo", True) if config is not None and hasattr(config, "get") else True
         norm_adv_by_std_in_grpo = bool(value)
-    components, weights = resolved_components(settings)
-    if not mrgrpo.get_estimator(estimator).uses_weights and settings.weights is None:
-        weights = None  # (the suite's weights do not apply; configured ones go to its own check)
+    binding = bind_settings(estimator, settings, norm_adv_by_std_in_grpo)
+    components = binding.names
     group_ids = list(index) if isinstance(index, np.ndarray) and index.dtype == object else index
     mask = response_mask.detach()
     if trajectories is None:
@@ -272,8 +261,8 @@ def token_advantages(
         final_rows, rows = trajectories.sessions(group_ids)
         rewards, mask = rewards[torch.from_numpy(final_rows).to(rewards.device)], mask[torch.from_numpy(final_rows).to(mask.device)]
         group_ids = [group_ids[i] for i in final_rows.tolist()]
-    options = estimator_options(estimator, settings, norm_adv_by_std_in_grpo, rewards.shape[1], components)
-    has_batch_norm = mrgrpo.get_estimator(estimator).batch_norm and options.get("batch_norm", True) is not False
+    options, weights = binding.call_options(), binding.weights
+    has_batch_norm = binding.spec.batch_norm and options.get("batch_norm", True) is not False
     if settings.singleton_groups == "score" and settings.normalization == "rollout" and has_batch_norm:
         raise ConfigError(
             f"algorithm.mrgrpo.singleton_groups='score' with normalization='rollout' would be mixed into "
