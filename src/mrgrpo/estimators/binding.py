@@ -143,6 +143,13 @@ class Binding:
         estimator registered with ``uses_weights=False`` (bind refused any other weight)."""
         return self.weights if self.spec.uses_weights else None
 
+    @property
+    def unscaled(self) -> bool:
+        """Whether the bound estimator never divides by a std: an ``unscaled`` one, or its
+        ``scale_option`` set to ``"none"``."""
+        key = self.spec.scale_option
+        return self.spec.unscaled or (key is not None and self.options.get(key) == "none")
+
     def weights_for_estimator(self, weights: Any) -> Any:
         """``weights`` (the run's, in any form) as the estimator takes them: ``None`` for an
         estimator that does not use weights."""
@@ -186,6 +193,7 @@ def bind(
     num_components: int | None = None,
     ranges: Sequence[Sequence[float]] | None = None,
     weights: Sequence[float] | None = None,
+    default_weights: bool = False,
     host: Host | None = None,
     state: Any = None,
     state_from: str = "the resumed state",
@@ -204,6 +212,8 @@ def bind(
         ranges: each component's ``(lo, hi)`` (a suite's ``reward_ranges``): fills the
             ``reward_ranges`` option of an estimator that ``needs_ranges`` unless given.
         weights: the run's component weights (``None``: all 1).
+        default_weights: ``weights`` are a suite's defaults, not a setting: an estimator that
+            does not use weights runs without them (rather than refusing them).
         host: the trainer's settings (:class:`Host`; default none).
         state: a saved state to resume from (``None``: the first step); ``state_from`` names
             where it came from in messages.
@@ -256,6 +266,8 @@ def bind(
         resolved = validate_options(spec, options, k, list(names) if names is not None else None, partial=partial)
     except ConfigError as error:
         raise ConfigError(f"{label}{error}") from None
+    if default_weights and not spec.uses_weights:
+        weights = None
     checked_weights = _check_weights(spec, weights, k, host)
     binding = Binding(
         spec, MappingProxyType(copy.deepcopy(resolved)), names, k, ranges, checked_weights, None, host, partial,

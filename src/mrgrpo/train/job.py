@@ -251,16 +251,18 @@ def bind_run(config: TrainConfig, suite: Any, checkpoint: Path | None = None) ->
 
 def check_run(config: TrainConfig, resume: str | Path | None = None, allow_changes: bool = False) -> Any:
     """What ``mrgrpo train --check`` checks beyond the config, loading no model and no tokenizer:
-    the resume (a checkpoint to resume from, the changes it may make), the task and its reward
-    suite (a missing extra fails here), and the estimator bound to the suite and to the state
-    being resumed (:func:`bind_run`). Returns the binding."""
-    from mrgrpo.tasks.prepare import build_suite as task_suite
-    from mrgrpo.tasks.registry import resolve
+    the resume (a checkpoint to resume from, the changes it may make), the task, its rows and
+    its reward suite (:func:`mrgrpo.tasks.prepare.prepare` without scoring samples: a bad
+    pairing or a missing extra fails here), and the estimator bound to the suite and to the
+    state being resumed (:func:`bind_run`). Returns the binding."""
+    import datasets
 
+    from mrgrpo.tasks.prepare import prepare
+
+    datasets.disable_progress_bars()
     checkpoint = check_resume(config, Path(resume), allow_changes)[0] if resume is not None else None
-    task, spec = resolve(config.task)
-    suite = task_suite(task, task.resolve_options(spec.options), config.rewards)
-    return bind_run(config, suite, checkpoint)
+    prepared = prepare(config.task, config.rewards, None, chat=config.model != "tiny", score=False)
+    return bind_run(config, prepared.suite, checkpoint)
 
 
 @reaped_children()

@@ -106,13 +106,11 @@ def bind_settings(
     if key is not None and key in _BOUND:
         return _BOUND[key]
     components, weights = resolved_components(settings)
-    spec = mrgrpo.get_estimator(estimator)
-    if not spec.uses_weights and settings.weights is None:
-        weights = None  # (the suite's default weights, not a setting: they do not apply)
     binding = bind(
-        spec, settings.options, names=components, num_components=None if components else 1,
+        estimator, settings.options, names=components, num_components=None if components else 1,
         ranges=suite_of(settings).reward_ranges if settings.suite else None, weights=weights,
-        host=verl_host(settings, norm_adv_by_std_in_grpo), state=state, state_from=state_from,
+        default_weights=settings.weights is None, host=verl_host(settings, norm_adv_by_std_in_grpo),
+        state=state, state_from=state_from,
     )
     if key is not None:
         if len(_BOUND) >= 8:
