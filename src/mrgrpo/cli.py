@@ -24,7 +24,7 @@ from typer.core import TyperGroup
 import mrgrpo
 from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.errors import InputError, UnknownNameError, UserError
-from mrgrpo.estimators.binding import Host
+from mrgrpo.estimators.binding import Host, bind
 from mrgrpo.examples import EXAMPLES
 from mrgrpo.keyvalue import parse_options
 
@@ -215,7 +215,7 @@ def advantages(
             if estimator.strip() == "all" and spec.needs_ranges and reward_ranges is None and "reward_ranges" not in chosen:
                 skipped.append(name)
                 continue
-            binding = spec.bind(chosen, names=batch.names, ranges=reward_ranges, weights=w, host=CLI_HOST)
+            binding = bind(spec, chosen, names=batch.names, ranges=reward_ranges, weights=w, host=CLI_HOST)
             columns[name] = binding.advantages(batch.rewards, batch.group_ids).tolist()
     except ValueError as error:
         if isinstance(error, UserError):

@@ -1,6 +1,6 @@
 """verl: every estimator mistake fails before Ray starts (the launcher) or when a checkpoint is
 loaded (verl's resume), with one line: the estimator is bound to ``algorithm`` once
-(:func:`mrgrpo.integrations.verl.adapter.bind_settings`)."""
+(:func:`mrgrpo.integrations.verl.binding.bind_settings`)."""
 
 from __future__ import annotations
 

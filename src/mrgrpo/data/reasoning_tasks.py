@@ -72,7 +72,7 @@ def distinct_items(task: str, config: Mapping[str, Any], seed: int, count: int, 
         if isinstance(error, UserError):
             raise
         reason = str(error).strip() or "its own check failed"
-        raise ConfigError(f"reasoning-gym refuses them: {reason}") from None
+        raise ConfigError(f"reasoning-gym refuses the options of {task!r}: {reason}") from None
     seen, items = set(skip), []
     for index in range(scan):
         if len(items) == count:

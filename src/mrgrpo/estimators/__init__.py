@@ -6,6 +6,7 @@ One module per estimator; each registers itself on import. Use :func:`compute_ad
 from mrgrpo.estimators import (  # noqa: F401  (registration)
     constrained_grpo, corpo, corr_grpo, ddca, dr_grpo, dvao, gd2po, gdpo, grpo, mo_grpo, sa_corr_grpo, sa_mrpo, saw,
 )
+from mrgrpo.estimators.binding import Binding, Host, bind
 from mrgrpo.estimators.corr_ema import corr_grpo_ema, update_correlation_state
 from mrgrpo.estimators.groups import Groups, make_groups
 from mrgrpo.estimators.registry import (
@@ -20,7 +21,10 @@ from mrgrpo.estimators.registry import (
 )
 
 __all__ = [
+    "Binding",
     "Estimator",
+    "Host",
+    "bind",
     "Groups",
     "available_estimators",
     "check_reward_values",

@@ -3,13 +3,13 @@ resumed state, validated once, in one place, before any model loads.
 
 Every entry point (the TRL trainer, the verl adapter and launcher, ``mrgrpo train`` with
 ``--check`` and ``--resume``, ``compare``, ``advantages``, ``diagnose``, ``analyze``) calls
-:func:`bind` (or :meth:`Estimator.bind <mrgrpo.estimators.registry.Estimator.bind>`) with what
-it knows and hands the resulting :class:`Binding` on; none of them fills ranges, maps weights
+:func:`bind` (``mrgrpo.estimators.bind``) with what it knows and hands the resulting
+:class:`Binding` on; none of them fills ranges, maps weights
 or checks options on its own. Everything is read from the estimator's registered traits, so an
 estimator registered later, a user's included, is bound the same way::
 
-    binding = mrgrpo.get_estimator("sa_mrpo").bind({"gamma": 1.0}, names=suite.names,
-                                                   ranges=suite.reward_ranges, weights=suite.weights)
+    binding = bind("sa_mrpo", {"gamma": 1.0}, names=suite.names, ranges=suite.reward_ranges,
+                   weights=suite.weights)
     advantages, state = binding.compute(rewards, group_ids)
 
 What :func:`bind` checks, in order (each failure one :class:`~mrgrpo.errors.ConfigError` line

@@ -142,14 +142,6 @@ class Estimator:
             "required": self.required,
         }
 
-    def bind(self, options: dict[str, Any] | None = None, **run: Any) -> Any:
-        """This estimator bound to a run: :func:`mrgrpo.estimators.binding.bind` (the options,
-        component names, ranges, weights, host settings and a resumed state, validated once;
-        returns an immutable :class:`~mrgrpo.estimators.binding.Binding`)."""
-        from mrgrpo.estimators.binding import bind
-
-        return bind(self, options, **run)
-
     def check_options(self, options: dict[str, Any]) -> None:
         """Unknown option names raise :class:`~mrgrpo.errors.ConfigError` (a ``ValueError``)."""
         unknown = sorted(set(options) - set(self.options))

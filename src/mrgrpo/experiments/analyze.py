@@ -151,7 +151,7 @@ def analyze_batches(
     import mrgrpo
 
     from mrgrpo.errors import ConfigError
-    from mrgrpo.estimators.binding import Host
+    from mrgrpo.estimators.binding import Host, bind
 
     w = torch.tensor(weights if weights is not None else [1.0] * len(names), dtype=torch.float64)
     host = Host(weights_from="the run's weights (or --weights)", ranges_fix="give --ranges lo:hi per component")
@@ -163,7 +163,7 @@ def analyze_batches(
         if spec.required:
             continue  # needs options with no default (a threshold, which component is a cost): none to replay with
         try:
-            bound[name] = spec.bind({}, names=names, ranges=ranges, weights=weights, host=host)
+            bound[name] = bind(spec, {}, names=names, ranges=ranges, weights=weights, host=host)
         except ConfigError as error:
             if len(estimators) == 1:
                 raise  # the one estimator asked for cannot replay this run: say why

@@ -10,7 +10,7 @@ On verl's v1 trainer the rows are agent-loop outputs (:mod:`.sessions`): the est
 row per session (its final output), grouped by ``uid``, and the result is broadcast to the
 session's other outputs.
 
-The estimator is bound to verl's settings once per process (:func:`bind_settings`, the one
+The estimator is bound to verl's settings once per process (:func:`.binding.bind_settings`, the one
 place of :func:`mrgrpo.estimators.binding.bind`: options, ranges, weights, roles, verl's
 conventions, all read from the estimators' registered traits, never from their names). A
 stateful estimator's state is carried across training batches in :data:`.state.STATE`.
@@ -26,10 +26,9 @@ from torch import Tensor
 
 import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
-from mrgrpo.estimators.binding import Binding, Host, bind
+from mrgrpo.integrations.verl.binding import bind_settings, resolved_components, suite_of  # noqa: F401 (re-exported)
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories
-from mrgrpo.integrations.verl.names import PREFIX
 from mrgrpo.integrations.verl.state import STATE
 
 
@@ -68,80 +67,6 @@ def reward_matrix(
             raise InputError(f"reward component {key!r} has {column.shape[0]} values for {n} rollouts")
         columns.append(column)
     return torch.from_numpy(np.stack(columns, axis=1)).to(token_level_rewards.device)
-
-
-def verl_host(settings: MrgrpoVerlConfig, norm_adv_by_std_in_grpo: bool) -> Host:
-    """verl's ``algorithm`` settings as the estimators' :class:`~mrgrpo.estimators.binding.Host`:
-    ``norm_adv_by_std_in_grpo=false`` as ``scale="none"``, its eps, token normalization."""
-    return Host(
-        "verl",
-        scale=None if norm_adv_by_std_in_grpo else "none",
-        eps=settings.eps,
-        normalization=settings.normalization,
-        options_label="algorithm.mrgrpo.options",
-        weights_from="algorithm.mrgrpo.weights",
-        ranges_fix="set algorithm.mrgrpo.options.reward_ranges, or algorithm.mrgrpo.suite to take the suite's",
-        prefix=PREFIX,
-    )
-
-
-#: Bindings made in this process, by their inputs: verl calls the estimator once per training
-#: batch with the same settings, and the binding is checked once.
-_BOUND: dict[str, Binding] = {}
-
-
-def bind_settings(
-    estimator: str,
-    settings: MrgrpoVerlConfig,
-    norm_adv_by_std_in_grpo: bool,
-    state: Any = None,
-    state_from: str = "the resumed state",
-) -> Binding:
-    """``estimator`` bound to verl's settings (:func:`mrgrpo.estimators.binding.bind`): the
-    components and weights after the suite's defaults (a suite's default weights do not apply
-    to an estimator that does not use weights; configured ones are checked), the suite's ranges,
-    ``algorithm.mrgrpo.options``, verl's conventions (:func:`verl_host`) and a resumed state.
-    Made once per process and settings (the launcher and the trainer each bind before work)."""
-    key = repr((estimator, id(mrgrpo.get_estimator(estimator)), settings, norm_adv_by_std_in_grpo)) if state is None else None
-    if key is not None and key in _BOUND:
-        return _BOUND[key]
-    components, weights = resolved_components(settings)
-    binding = bind(
-        estimator, settings.options, names=components, num_components=None if components else 1,
-        ranges=suite_of(settings).reward_ranges if settings.suite else None, weights=weights,
-        default_weights=settings.weights is None, host=verl_host(settings, norm_adv_by_std_in_grpo),
-        state=state, state_from=state_from,
-    )
-    if key is not None:
-        if len(_BOUND) >= 8:
-            _BOUND.clear()
-        _BOUND[key] = binding
-    return binding
-
-
-def suite_of(settings: MrgrpoVerlConfig):
-    from mrgrpo.rewards import get_suite  # lazy: reward suites pull in math-verify & co.
-
-    return get_suite(settings.suite, **settings.suite_options)
-
-
-def resolved_components(settings: MrgrpoVerlConfig) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
-    """Component keys and weights after the suite defaults."""
-    components, weights = settings.components, settings.weights
-    if settings.suite:
-        suite = suite_of(settings)
-        if components is None:
-            components = tuple(suite.names)
-            if weights is None:
-                weights = tuple(suite.weights)
-        elif weights is None:
-            by_name = dict(zip(suite.names, suite.weights))
-            weights = tuple(by_name.get(c, 1.0) for c in components)
-    if weights is not None and components is not None and len(weights) != len(components):
-        raise ConfigError(f"{len(weights)} weights for {len(components)} components {list(components)}")
-    if weights is not None and components is None and len(weights) != 1:
-        raise ConfigError(f"{len(weights)} weights given but no components configured (scalar score, K = 1)")
-    return components, weights
 
 
 def trajectory_matrix(

@@ -49,11 +49,11 @@ def prepare(config: Any) -> Any:
 
     import mrgrpo
     import mrgrpo.integrations.verl as integration
-    from mrgrpo.integrations.verl.adapter import bind_settings
+    from mrgrpo.integrations.verl.binding import bind_settings, check_resumed
     from mrgrpo.integrations.verl.names import mrgrpo_name
     from mrgrpo.integrations.verl.registration import import_user_modules
     from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
-    from mrgrpo.integrations.verl.state import STATE_FILE, check_resumed, read_record, resume_folder
+    from mrgrpo.integrations.verl.state import STATE_FILE, read_record, resume_folder
 
     estimator = mrgrpo_name(OmegaConf.select(config, "algorithm.adv_estimator"))
     user_modules: tuple[str, ...] = ()

@@ -156,20 +156,9 @@ def load_after(trainer: Any) -> None:
     if estimator is not None and steps > 0:
         folder = checkpoint_folder(trainer.config.trainer, steps)
         if STATE.load(folder, estimator):
+            from mrgrpo.integrations.verl.binding import check_resumed  # (it reads verl's settings)
+
             check_resumed(trainer.config, estimator, STATE.state, str(Path(folder) / STATE_FILE))
-
-
-def check_resumed(config: Any, estimator: str, state: Any, source: str) -> None:
-    """Refuse a saved state that does not fit the run's estimator and settings (e.g. one
-    multiplier for two constraints), at load: the estimator bound with it
-    (:func:`.adapter.bind_settings`) raises :class:`ConfigError` naming the file."""
-    from mrgrpo.integrations.verl.adapter import bind_settings
-    from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
-
-    algorithm = _get(config, "algorithm")
-    norm = _get(algorithm, "norm_adv_by_std_in_grpo")
-    bind_settings(estimator, MrgrpoVerlConfig.from_algorithm_config(algorithm), True if norm is None else bool(norm),
-                  state=state, state_from=source)
 
 
 def _get(config: Any, key: str) -> Any:
