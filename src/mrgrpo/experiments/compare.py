@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from mrgrpo.errors import ConfigError
 from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
 from mrgrpo.keyvalue import parse_call, split_top_level
+from mrgrpo.train.config import StrictConfig
 
 RESULT_FILE = "result.json"
 VIEWS = {
@@ -47,11 +48,7 @@ VIEWS = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class WarmStartConfig(_Strict):
+class WarmStartConfig(StrictConfig):
     """Supervised warm start of the ``tiny`` preset (see :func:`mrgrpo.experiments.testbed.warm_start`)."""
 
     steps: int = Field(250, ge=0)
@@ -62,7 +59,7 @@ class WarmStartConfig(_Strict):
     include_eval: bool = Field(False, description="also fit the held-out prompts (held out of RL only)")
 
 
-class EvalConfig(_Strict):
+class EvalConfig(StrictConfig):
     """Sampled evaluation after training on the task's held-out split."""
 
     samples: int = Field(4, gt=0, description="samples per held-out prompt")
@@ -71,7 +68,7 @@ class EvalConfig(_Strict):
     limit: int | None = Field(None, gt=0, description="use only the first N held-out prompts")
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(StrictConfig):
     """The ``experiment`` section of a compare config. ``warm_start`` applies only when the
     config's ``model`` is the ``tiny`` preset (other models start from their own weights)."""
 

@@ -54,13 +54,16 @@ RESERVED_TRAINER_KEYS = {
 DEFAULT_DIAGNOSTICS_EVERY = 10
 
 
-class _Strict(BaseModel):
-    # strict: no guessing between types (`max_steps: true` is not 1, `size: "8"` is not 8);
-    # an int is still accepted where a float is expected. NaN and ±inf are refused.
+class StrictConfig(BaseModel):
+    """The base of mrgrpo's typed configs (a run's, a comparison's ``experiment``): unknown keys
+    are errors; strict, so no guessing between types (``max_steps: true`` is not 1, ``size: "8"``
+    is not 8; an int is still accepted where a float is expected); NaN and ±inf are refused;
+    assignments are validated too."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
-class TaskConfig(_Strict):
+class TaskConfig(StrictConfig):
     """Where prompts come from.
 
     ``name`` is any reasoning-gym dataset name (``chain_sum``, ``basic_arithmetic``,
@@ -80,7 +83,7 @@ class TaskConfig(_Strict):
     few_shot: int = Field(1, ge=0, le=4, description="worked example exchanges put before each prompt")
 
 
-class RewardsConfig(_Strict):
+class RewardsConfig(StrictConfig):
     """The reward suite: a registered suite name, its factory options, which components (in
     order; default all) and their weights (a mapping for some, default the suite's)."""
 
@@ -90,7 +93,7 @@ class RewardsConfig(_Strict):
     weights: dict[str, float] | None = None
 
 
-class TrainConfig(_Strict):
+class TrainConfig(StrictConfig):
     """A full training run. ``trainer`` holds GRPOConfig fields, passed through."""
 
     model: str = Field("smollm2", description="preset (tiny | smollm2) or local/hub path")
