@@ -290,12 +290,16 @@ def _show_example(name: str) -> None:
         shown = {k: v for k, v in options.items() if k != "reward_ranges"}
         console.print(f"  {label}: {estimator} " + " ".join(f"{k}={v}" for k, v in shown.items()))
     report = mrgrpo.diagnose(_as_float64(ex.rewards), group, reward_ranges=ex.reward_ranges, names=list(ex.names))
-    scale = report["scale"]
     console.print(
-        f"GRPO scale 1/(std+eps) = {_fmt(scale['grpo'])}, CorrGRPO scale 1/sqrt(Σρ+eps) = {_fmt(scale['corr_grpo'])}; "
-        "share of Var(total): " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in report["variance_share"].items())
+        f"{_scales(report)}; share of Var(total): "
+        + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in report["variance_share"].items())
     )
     console.print(ex.note)
+
+
+def _scales(report: dict[str, Any]) -> str:
+    """``scale: grpo 0.2536, corr_grpo 0.4307``: each estimator's group scale in a diagnose report."""
+    return "scale: " + ", ".join(f"{name} {_fmt(value)}" for name, value in report.get("scale", {}).items())
 
 
 def _as_float64(rows: Any) -> Any:
@@ -391,8 +395,7 @@ def print_report(report: dict[str, Any]) -> None:
         for name, row in zip(names, report["correlation"]):
             corr.add_row(escape(name), *[_fmt(v, 3) for v in row])
         console.print(corr)
-        scale = report["scale"]
-        console.print(f"median scale: GRPO {_fmt(scale['grpo'])}, CorrGRPO {_fmt(scale['corr_grpo'])}")
+        console.print(f"median {_scales(report)}")
         collapse = report["advantage_collapse"]
         console.print(
             f"distinct reward profiles per group: {collapse['distinct_reward_profiles']:.2f}; distinct advantages: "

@@ -322,7 +322,9 @@ def run_analyze(
     diag_series = {
         "in-group correlation": pair_corr,
         "share of Var(total)": {n: [d.get("variance_share", {}).get(n, math.nan) or math.nan for d in diags] for n in names},
-        "scale (median over groups)": {k: [d.get("scale", {}).get(k) or math.nan for d in diags] for k in ("grpo", "corr_grpo")},
+        "scale (median over groups)": {
+            k: [d.get("scale", {}).get(k) or math.nan for d in diags] for k in (diags[0].get("scale", {}) if diags else {})
+        },
         "zero-variance groups": {"fraction": [d.get("zero_variance_fraction") or 0.0 for d in diags]},
     }
     figures = {
