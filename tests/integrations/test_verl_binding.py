@@ -31,6 +31,7 @@ COSTS = ["+algorithm.mrgrpo.options.constraints=[format,length]", "+algorithm.mr
         (["algorithm.adv_estimator=mrgrpo_constrained_grpo", "+algorithm.mrgrpo.options.constraintz=[1]"],
          "constraints=<required>"),
         (["algorithm.adv_estimator=mrgrpo_ddca", "+algorithm.mrgrpo.options.length=size"], "'size' is not a component"),
+        (["algorithm.mrgrpo.singleton_groups=score"], "would be mixed into mrgrpo_gdpo's own batch normalization"),
     ],
 )
 def test_the_launcher_refuses_before_ray_starts(overrides, message):

@@ -77,6 +77,9 @@ class Host:
             options do not set it (verl's 1e-6); ``None``: the estimator's default.
         normalization: ``"token"`` (verl's whitening) replaces the estimator's final batch
             normalization (its ``batch_norm`` option set to False); ``"rollout"``: unchanged.
+        singleton_scores: the host gives a group of one its weighted score after the estimator
+            (verl's ``singleton_groups: score``): refused where the estimator's own final batch
+            normalization would mix it in (``normalization="rollout"``).
         options_label: prefix of messages about option values (``algorithm.mrgrpo.options``).
         weights_from: the setting that holds the weights, for messages (``GRPOConfig(reward_weights)``).
         ranges_fix: how to give ``reward_ranges`` there, for the message when they are missing.
@@ -89,6 +92,7 @@ class Host:
     default_aggregation: str = COMBINES[0]
     eps: float | None = None
     normalization: str = "rollout"
+    singleton_scores: bool = False
     options_label: str = ""
     weights_from: str = ""
     ranges_fix: str = "give reward_ranges=[(lo, hi), ...], one per component"
@@ -312,6 +316,12 @@ def apply_host(spec: Estimator, options: dict[str, Any], host: Host) -> dict[str
         if options.get("batch_norm") is True:
             raise ConfigError("algorithm.mrgrpo.normalization='token' conflicts with option batch_norm=true")
         options["batch_norm"] = False
+    if host.singleton_scores and host.normalization == "rollout" and spec.batch_norm and options.get("batch_norm", True) is not False:
+        raise ConfigError(
+            f"algorithm.mrgrpo.singleton_groups='score' with normalization='rollout' would be mixed into "
+            f"{host.named(name)}'s own batch normalization; use normalization='token' (verl's convention) "
+            "or singleton_groups='zero'"
+        )
     return options
 
 

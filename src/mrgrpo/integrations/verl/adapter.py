@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
+from mrgrpo.estimators.binding import Binding
 from mrgrpo.integrations.verl.binding import bind_settings, resolved_components, suite_of  # noqa: F401 (re-exported)
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories
@@ -90,29 +90,25 @@ def trajectory_matrix(
 
 
 def rollout_values(
-    estimator: str,
+    binding: Binding,
     rewards: Tensor,
     group_ids: Any,
-    weights: tuple[float, ...] | None,
-    options: dict[str, Any],
     settings: MrgrpoVerlConfig,
     response_mask: Tensor,
 ) -> Tensor:
-    """One float64 advantage per rollout: the estimator, then ``singleton_groups`` and the
+    """One float64 advantage per rollout: the bound estimator, then ``singleton_groups`` and the
     ``normalization`` of :class:`MrgrpoVerlConfig` (token whitening is constant per row).
 
     Shapes: ``rewards (N, K)``, ``group_ids (N,)``, ``response_mask (N, response_len)``.
     """
-    if mrgrpo.get_estimator(estimator).stateful:  # the state the previous training batch left
-        values, state = mrgrpo.compute_advantages_with_state(
-            rewards, group_ids, estimator, weights, state=STATE.get(estimator), **options
-        )
-        STATE.put(estimator, state)
-    else:
-        values = mrgrpo.compute_advantages(rewards, group_ids, estimator=estimator, weights=weights, **options)
+    name = binding.name
+    # (a stateful estimator: the state the previous training batch left)
+    values, state = binding.compute(rewards, group_ids, STATE.get(name) if binding.spec.stateful else None)
+    if binding.spec.stateful:
+        STATE.put(name, state)
     values = values.to(torch.float64)
     if settings.singleton_groups == "score":
-        values = _singleton_scores(estimator, values, rewards, group_ids, weights, options)
+        values = _singleton_scores(binding, values, rewards, group_ids)
     if settings.normalization == "token":
         from verl.utils.torch_functional import masked_whiten  # verl's own, so conventions match
 
@@ -124,10 +120,9 @@ def rollout_values(
     return values
 
 
-def _singleton_scores(estimator, values, rewards, group_ids, weights, options) -> Tensor:
+def _singleton_scores(binding: Binding, values: Tensor, rewards: Tensor, group_ids: Any) -> Tensor:
     """verl's value for a group with one scored rollout: ``Σ w_k r_k / (1 + eps)`` (no ``eps``
-    term for unscaled estimators); every other row keeps the estimator's value."""
-    spec = mrgrpo.get_estimator(estimator)
+    term for an unscaled binding); every other row keeps the estimator's value."""
     scored = ~torch.isnan(rewards).all(dim=1)
     keys = group_ids.tolist() if hasattr(group_ids, "tolist") else list(group_ids)
     counts: dict[Any, int] = {}
@@ -136,11 +131,11 @@ def _singleton_scores(estimator, values, rewards, group_ids, weights, options) -
     single = torch.tensor([ok and counts[k] == 1 for k, ok in zip(keys, scored.tolist())], device=values.device)
     if not single.any():
         return values
+    weights = binding.weights
     w = torch.ones(rewards.shape[1], dtype=torch.float64) if weights is None else torch.tensor(weights, dtype=torch.float64)
     total = (torch.nan_to_num(rewards, nan=0.0) * w.to(rewards.device)).sum(dim=1)
-    unscaled = spec.unscaled or (spec.scale_option is not None and options.get(spec.scale_option) == "none")
-    if not unscaled:
-        total = total / (1.0 + float(options.get("eps", spec.options.get("eps", VERL_EPS))))
+    if not binding.unscaled:
+        total = total / (1.0 + float(binding.options.get("eps", binding.spec.options.get("eps", VERL_EPS))))
     return torch.where(single, total.to(values.dtype), values)
 
 
@@ -184,16 +179,8 @@ def token_advantages(
         final_rows, rows = trajectories.sessions(group_ids)
         rewards, mask = rewards[torch.from_numpy(final_rows).to(rewards.device)], mask[torch.from_numpy(final_rows).to(mask.device)]
         group_ids = [group_ids[i] for i in final_rows.tolist()]
-    options, weights = binding.call_options(), binding.weights
-    has_batch_norm = binding.spec.batch_norm and options.get("batch_norm", True) is not False
-    if settings.singleton_groups == "score" and settings.normalization == "rollout" and has_batch_norm:
-        raise ConfigError(
-            f"algorithm.mrgrpo.singleton_groups='score' with normalization='rollout' would be mixed into "
-            f"mrgrpo_{estimator}'s own batch normalization; use normalization='token' (verl's convention) "
-            "or singleton_groups='zero'"
-        )
     with torch.no_grad():
-        values = rollout_values(estimator, rewards, group_ids, weights, options, settings, mask)
+        values = rollout_values(binding, rewards, group_ids, settings, mask)
         if rows is not None:
             # as verl's grpo: a session whose final output has no response token passes on 0
             values = torch.where(mask.sum(dim=1) > 0, values, torch.zeros_like(values))

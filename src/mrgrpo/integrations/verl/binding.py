@@ -16,12 +16,14 @@ from mrgrpo.integrations.verl.names import PREFIX
 
 def verl_host(settings: MrgrpoVerlConfig, norm_adv_by_std_in_grpo: bool) -> Host:
     """verl's ``algorithm`` settings as the estimators' :class:`~mrgrpo.estimators.binding.Host`:
-    ``norm_adv_by_std_in_grpo=false`` as ``scale="none"``, its eps, token normalization."""
+    ``norm_adv_by_std_in_grpo=false`` as ``scale="none"``, its eps, token normalization, scores
+    for groups of one."""
     return Host(
         "verl",
         scale=None if norm_adv_by_std_in_grpo else "none",
         eps=settings.eps,
         normalization=settings.normalization,
+        singleton_scores=settings.singleton_groups == "score",
         options_label="algorithm.mrgrpo.options",
         weights_from="algorithm.mrgrpo.weights",
         ranges_fix="set algorithm.mrgrpo.options.reward_ranges, or algorithm.mrgrpo.suite to take the suite's",
