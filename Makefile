@@ -39,8 +39,16 @@ NEWEST_TESTS := tests/train/test_presets.py tests/train/test_precision.py tests/
 	tests/train/test_trl_compat.py tests/train/test_trl_settings.py tests/train/test_parity.py \
 	tests/train/test_job.py tests/train/test_smollm2.py tests/tasks/test_train_tasks.py
 
-.PHONY: setup setup-oldest setup-newest demo test test-pinned test-oldest test-newest test-fast bench lock lock-oldest \
-	lock-newest clean
+# `make test` runs every test not marked slow, in two xdist workers (one per core; each computes
+# with one thread: tests/conftest.py), files kept whole per worker so module fixtures (models,
+# sandboxes, verl configs) are built once. `make test-slow` runs the tests marked slow, alone:
+# real-model runs, wheel installs into fresh venvs, full data replays, the sandbox's privilege
+# modes and the benchmarks, which time things and want the machine to themselves. CI
+# (.ci/run) runs both.
+PARALLEL := -n 2 --dist loadfile
+
+.PHONY: setup setup-oldest setup-newest demo test test-pinned test-oldest test-newest test-slow test-fast bench lock \
+	lock-oldest lock-newest clean
 
 setup: $(STAMP)
 
@@ -77,16 +85,21 @@ demo: setup
 test: test-pinned test-oldest test-newest
 
 test-pinned: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL)
 
 test-oldest: setup-oldest
-	$(OLDEST_PY) -m pytest -q -p no:cacheprovider $(OLDEST_TESTS) -k "$(OLDEST_SKIP)"
+	$(OLDEST_PY) -m pytest -q -p no:cacheprovider $(PARALLEL) $(OLDEST_TESTS) -k "$(OLDEST_SKIP)"
 
+# The newest environment's share of `make test` includes one real SmolLM2 run (the demo, two
+# steps through `mrgrpo train`): the check that the preset trains on the newest transformers.
 test-newest: setup-newest
-	$(NEWEST_PY) -m pytest -q -p no:cacheprovider $(NEWEST_TESTS)
+	$(NEWEST_PY) -m pytest -q -p no:cacheprovider $(PARALLEL) $(NEWEST_TESTS) -m "not slow or newest"
 
-test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+test-slow: setup setup-newest
+	$(PY) -m pytest -q -m slow
+	$(NEWEST_PY) -m pytest -q -p no:cacheprovider $(NEWEST_TESTS) -m "slow and not newest"
+
+test-fast: test-pinned
 
 bench: setup
 	$(PY) benchmarks/estimators.py

@@ -4,6 +4,12 @@
   ``TRANSFORMERS_OFFLINE=1`` are set here, before any test module imports ``huggingface_hub``,
   ``datasets`` or ``transformers``, and every subprocess a test starts inherits them: mrgrpo
   downloads nothing at run time, so a test that needed a download fails instead of fetching.
+* **One thread per xdist worker.** Under ``pytest -n N`` (``make test`` runs two workers on its
+  two cores) each worker, and every process it starts, computes with one thread
+  (``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` 1, set before any test imports torch): two workers of
+  two threads each on two cores make OpenMP wait for the busy core, several times slower. Each
+  worker also has its own temporary directory (``TMPDIR``), so a test that checks what a run
+  left behind sees only its own worker's files.
 * **A skip cannot hide a broken install.** With ``CI=true`` (or ``1``/``yes``),
   ``pytest.importorskip`` of a module whose top-level package *is* installed, but which fails to
   import, fails the test instead of skipping it (:func:`importorskip`); tests that import an
@@ -13,15 +19,30 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import pytest
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 os.environ.update(OFFLINE)
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_threads] = "1"
+    # a temporary directory per worker (world-writable and sticky like /tmp, for the sandbox's
+    # unprivileged modes): tests that check what a run leaves in it see only their own worker's
+    _TMP = os.path.join(tempfile.gettempdir(), f"mrgrpo-tests-{os.getppid()}-{_WORKER}")
+    os.makedirs(_TMP, exist_ok=True)
+    os.chmod(_TMP, 0o1777)
+    os.environ["TMPDIR"] = _TMP
+    tempfile.tempdir = None
+    atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 
 _pytest_importorskip = pytest.importorskip
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# benchmarks time things: `make test-slow`, which runs alone
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 

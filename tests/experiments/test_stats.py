@@ -10,7 +10,18 @@ def test_mean_ci_uses_student_t():
     mean, half, n = mean_ci([1.0, 2.0, 3.0, None, float("nan")])
     assert (mean, n) == (2.0, 3)
     assert math.isclose(half, 4.303 / math.sqrt(3), rel_tol=1e-9)
-    assert t975(100) == 1.96
+
+
+def test_t_quantile_for_every_df_not_the_normal_beyond_30():
+    # the closed forms at df 1 (Cauchy) and 2, to the table's 3 decimals
+    assert round(math.tan(math.pi / 2 * 0.95), 3) == t975(1)
+    assert round(0.95 * math.sqrt(2 / (1 - 0.95**2)), 3) == t975(2)
+    # the published table: a normal 1.96 past df 30 made intervals 2-4% too narrow there
+    for df, table in ((31, 2.040), (40, 2.021), (60, 2.000), (100, 1.984), (1000, 1.962)):
+        assert round(t975(df), 3) == table
+        assert math.isclose(t_two_sided_p(t975(df), df), 0.05, abs_tol=1e-9)
+    assert 1.95996 < t975(10**6) < 1.96
+    assert math.isnan(t975(0))
 
 
 def test_mean_ci_degenerate():

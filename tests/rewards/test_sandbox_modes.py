@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+# every privilege mode, with timing checks (efficiency): `make test-slow`, which runs alone
+pytestmark = pytest.mark.slow
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 HERE = Path(__file__).parent

@@ -150,7 +150,12 @@ class _ScriptedModel:
     def train(self, mode=True):
         return self
 
-    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+    def __call__(self, input_ids, use_cache=True):  # the shared prompt's forward (train.shared_prefix)
+        from types import SimpleNamespace
+
+        return SimpleNamespace(past_key_values=SimpleNamespace(batch_repeat_interleave=lambda rows: None))
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, past_key_values=None, **kwargs):
         import torch
 
         text = self.turns[min(self.calls, len(self.turns) - 1)]

@@ -11,6 +11,7 @@ from mrgrpo.train.job import run_train
 
 
 @pytest.mark.slow
+@pytest.mark.newest  # the newest-versions environment's make test: the preset trains there
 def test_smollm2_two_steps(tmp_path):
     config = load_config(None, ["max_steps=2", "save_steps=2", "max_wall_seconds=null"])
     result = run_train(config, out=tmp_path / "run", quiet=True)

@@ -23,6 +23,7 @@ from typing import Any
 from mrgrpo.rewards.agent import CALL_CLOSING, CALL_OPENING, final_output
 from mrgrpo.tasks.episodes import Episode, Renderer, episode_for
 from mrgrpo.train import trl_compat
+from mrgrpo.train.shared_prefix import generate_sharing_prefix
 
 
 @dataclass
@@ -152,12 +153,7 @@ class AgentRollout:
         """Each input's new token ids, up to its first eos (kept) or, with ``stop``, up to the
         token that completes the first ``stop`` in the decoded text (kept; generation of the
         batch ends once every row has stopped)."""
-        import torch
-
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        width = max(len(ids) for ids in inputs)
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in inputs], device=model.device)
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in inputs], device=model.device)
         args = trainer.args
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
@@ -172,9 +168,8 @@ class AgentRollout:
             kwargs.update(stop_strings=[stop], tokenizer=tokenizer)
         was_training = model.training
         model.eval()
-        try:
-            with torch.inference_mode():
-                out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        try:  # a group's rollouts share their prompt: it is computed once per turn (shared_prefix)
+            out, width = generate_sharing_prefix(model, inputs, pad, **kwargs)
         finally:
             model.train(was_training)
         eos = _eos_ids(tokenizer, model)

@@ -121,6 +121,11 @@ class TrainConfig(StrictConfig):
     )
     save_steps: int = Field(10, gt=0, description="checkpoint every N steps (and at the end)")
     seed: int = 0
+    share_prompt: bool = Field(
+        False,
+        description="compute each group's prompt once in the loss's forward (rollouts of one prompt in one "
+        "micro-batch: per_device_train_batch_size >= num_generations); needs trainer.gradient_checkpointing off",
+    )
     trainer: dict[str, Any] = Field(
         default_factory=dict,
         description="GRPOConfig fields, passed through; bf16 may also be auto (the default: bfloat16 only where "
@@ -167,6 +172,15 @@ class TrainConfig(StrictConfig):
         if problems:
             raise ValueError("; ".join(problems))
         return trainer
+
+    @model_validator(mode="after")
+    def _share_prompt_without_checkpointing(self) -> TrainConfig:
+        if self.share_prompt and self.trainer.get("gradient_checkpointing"):
+            raise ValueError(
+                "share_prompt needs trainer.gradient_checkpointing off (a recomputed layer would re-run the shared "
+                "prompt's cache): set one of them to false"
+            )
+        return self
 
     @model_validator(mode="after")
     def _estimator_options(self) -> TrainConfig:

@@ -380,6 +380,7 @@ def run_train(
         suite=suite,
         binding=binding,
         diagnostics_every=config.diagnostics_every,
+        share_prompt=config.share_prompt,
         callbacks=[profiler, stop, log_cb, progress, rollout_log, ModelCardCallback(run_dir, config),
                    *(extra_callbacks or [])],
     )

@@ -7,28 +7,21 @@ and at the end of the run (mean over the first / last few steps).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from mrgrpo.plotting import saved_figure
 from mrgrpo.records import mean, moving_average
+from mrgrpo.records import read_jsonl as read_records
 
 WINDOW = 5  # moving-average window and the number of steps averaged for "start" and "end"
 PURPOSE = "the run report's plots"  # what the missing-extra message names
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    """A run's log (absent: none yet; a last line cut off by a kill: left out; any other bad line: an error)."""
+    return read_records(path, missing_ok=True, truncated_tail_ok=True)
 
 
 def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

@@ -51,6 +51,7 @@ from mrgrpo.estimators.registry import (
 from mrgrpo.rewards.base import RewardSuite
 from mrgrpo.train import trl_compat
 from mrgrpo.train.host import ESTIMATOR_STATE_FILE, check_given_binding, read_estimator_state, trl_host
+from mrgrpo.train.shared_prefix import PromptSharingMixin
 
 GRPOTrainer, _ = trl_compat.import_grpo()
 
@@ -93,11 +94,18 @@ def reward_means(values: np.ndarray, weights: np.ndarray) -> tuple[list[float], 
     )
 
 
+#: ``frac_zero`` counts an advantage as zero below this fraction of the batch's largest ``|a|``
+#: (at least of 1): an estimator computing in float32 (TRL's rewards are float32) that
+#: batch-whitens leaves ~1e-8 where a constant group's rollouts get 0, which must still count.
+ZERO_ADVANTAGE_TOLERANCE = 1e-6
+
+
 def advantage_stats(advantages: np.ndarray, listed: list[float] | None = None) -> tuple[float, ...]:
-    """``(mean, std (ddof=1; 0 for one rollout), abs_mean, min, max, frac_zero (|a| < 1e-8))``
-    of a float64 ``[N]`` array (NaN for every entry when ``N = 0``); ``listed``: its
-    ``tolist()``, when the caller has it. The same numbers as numpy's ``mean``/``std``/...,
-    in fewer numpy calls (the reductions numpy's own run, each once)."""
+    """``(mean, std (ddof=1; 0 for one rollout), abs_mean, min, max, frac_zero)`` of a float64
+    ``[N]`` array (NaN for every entry when ``N = 0``); ``frac_zero``: the share with ``|a| <=``
+    :data:`ZERO_ADVANTAGE_TOLERANCE` ``· max(1, max |a|)``; ``listed``: its ``tolist()``, when
+    the caller has it. The same numbers as numpy's ``mean``/``std``/..., in fewer numpy calls
+    (the reductions numpy's own run, each once)."""
     a = advantages
     n = a.size
     if not n:
@@ -109,8 +117,10 @@ def advantage_stats(advantages: np.ndarray, listed: list[float] | None = None) -
         std = math.sqrt(float((deviation * deviation).sum()) / (n - 1))
     else:
         std = 0.0
-    zero = sum(1 for x in listed if -1e-8 < x < 1e-8)
-    return mean, std, float(np.abs(a).sum()) / n, float(a.min()), float(a.max()), zero / n
+    low, high = float(a.min()), float(a.max())
+    tolerance = ZERO_ADVANTAGE_TOLERANCE * max(1.0, -low, high)
+    zero = sum(1 for x in listed if -tolerance <= x <= tolerance)
+    return mean, std, float(np.abs(a).sum()) / n, low, high, zero / n
 
 
 def resolve_estimator(args: Any, estimator: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -415,10 +425,11 @@ class MultiRewardMixin:
                 metrics[key].append(value)
 
 
-class MultiRewardGRPOTrainer(MultiRewardMixin, GRPOTrainer):
+class MultiRewardGRPOTrainer(MultiRewardMixin, PromptSharingMixin, GRPOTrainer):
     """A ``trl.GRPOTrainer`` whose advantages come from a registered mrgrpo estimator.
 
     A drop-in for ``GRPOTrainer``: an existing TRL script keeps its reward functions and its
     GRPOConfig and adds ``estimator=``/``estimator_options=`` (or ``suite=``). Arguments: see
-    :class:`MultiRewardMixin`.
+    :class:`MultiRewardMixin`; ``share_prompt=True`` computes each group's prompt once in the
+    loss's forward (:class:`~mrgrpo.train.shared_prefix.PromptSharingMixin`).
     """

@@ -26,6 +26,9 @@ What the adapter relies on (checked by :func:`check_trainer_class` / :func:`chec
   ``num_generations``, ``num_generations_eval``, ``accelerator``, ``_metrics[mode]`` (lists per
   key) and ``_logs["advantages"]`` (the completions table);
 * ``GRPOConfig`` fields ``scale_rewards``, ``multi_objective_aggregation``, ``reward_weights``;
+* ``GRPOTrainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, ...)``
+  runs the policy's (and reference model's) forward for the loss through ``model(...)``, whose
+  backbone is ``model.base_model`` (``share_prompt``: :mod:`mrgrpo.train.shared_prefix` wraps it);
 * transformers ``Trainer._save_checkpoint(model, trial)`` and ``Trainer._load_rng_state(checkpoint)``
   (estimator state saved with, and restored from, each checkpoint).
 
@@ -62,6 +65,7 @@ METHODS = {
     "_generate_and_score_completions": ("inputs",),
     "_save_checkpoint": ("model", "trial"),
     "_load_rng_state": ("checkpoint",),
+    "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep"),
 }
 #: Attributes read from a constructed trainer.
 ATTRIBUTES = (
