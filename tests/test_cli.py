@@ -241,6 +241,9 @@ UNKNOWN_NAMES = {
 MISSING_EXTRAS = {  # advantages, diagnose, estimators and tasks need no extra
     "train without trl": (["trl"], ["train", "--check"], "pip install 'mrgrpo[trl]'"),
     "train without plots": (["matplotlib"], ["train", "--check"], "pip install 'mrgrpo[plots]'"),
+    "train --check of a task without its extra": (
+        ["agentdojo"], ["train", "-c", "smollm2_agentdojo", "--check"], "pip install 'mrgrpo[agents]'"
+    ),
     "train's default task without math": (
         ["reasoning_gym"], ["train", "--set", "model=tiny", "--out", "{tmp}/r"],
         "task 'chain_sum' is no registered task (math, qa, humaneval, code, bfcl, agentdojo, asb, basic_functions); as a reasoning-gym "

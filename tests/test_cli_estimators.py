@@ -148,3 +148,9 @@ def test_the_cli_reads_a_stateful_estimators_first_step(batch_file, tmp_path):
         first, _ = mrgrpo.compute_advantages_with_state(batch.rewards, batch.group_ids, name, state=None, **options)
         written = torch.tensor([json.loads(line)[f"advantage_{name}"] for line in out.read_text().splitlines()])
         torch.testing.assert_close(written, first.float(), rtol=1e-6, atol=1e-7)
+
+
+def test_advantages_refuses_weights_an_estimator_does_not_use(batch_file):
+    weights = ",".join(["0.5"] * len(NAMES))
+    result = CliRunner().invoke(app, ["advantages", str(batch_file), "-e", "ddca", "--weights", weights])
+    assert result.exit_code == 2 and "ddca does not use the weights" in result.output and "in --weights" in result.output

@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 import mrgrpo
 from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.errors import InputError, UnknownNameError, UserError
+from mrgrpo.estimators.binding import Host, bind
 from mrgrpo.examples import EXAMPLES
 from mrgrpo.keyvalue import parse_options
 
@@ -85,6 +86,10 @@ def _parse_ranges(text: str | None) -> list[tuple[float, float]] | None:
 def _parse_options(items: list[str]) -> dict[str, Any]:
     """``-o key=value`` items, read by :func:`mrgrpo.keyvalue.parse_options` (``eps=1e-5`` is a float)."""
     return parse_options(items, what="--option", example="eps=1e-5")
+
+
+#: The command line as the estimators' host: no trainer settings, its own words in messages.
+CLI_HOST = Host(weights_from="--weights", ranges_fix="give --ranges lo:hi per component")
 
 
 def _estimator_names(text: str) -> list[str]:
@@ -207,15 +212,11 @@ def advantages(
             if estimator.strip() == "all" and any(k not in chosen for k in spec.required):
                 unset.append(name)  # required options (e.g. which component is a cost) not given
                 continue
-            if "reward_ranges" in spec.options:
-                if reward_ranges is None:
-                    if estimator.strip() == "all":
-                        skipped.append(name)
-                        continue
-                    _fail(f"{name} needs --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
-                chosen["reward_ranges"] = reward_ranges
-            chosen = mrgrpo.validate_options(spec, chosen, len(batch.names), batch.names)  # roles by field name
-            columns[name] = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, name, w, **chosen).tolist()
+            if estimator.strip() == "all" and spec.needs_ranges and reward_ranges is None and "reward_ranges" not in chosen:
+                skipped.append(name)
+                continue
+            binding = bind(spec, chosen, names=batch.names, ranges=reward_ranges, weights=w, host=CLI_HOST)
+            columns[name] = binding.advantages(batch.rewards, batch.group_ids).tolist()
     except ValueError as error:
         if isinstance(error, UserError):
             raise
@@ -289,12 +290,16 @@ def _show_example(name: str) -> None:
         shown = {k: v for k, v in options.items() if k != "reward_ranges"}
         console.print(f"  {label}: {estimator} " + " ".join(f"{k}={v}" for k, v in shown.items()))
     report = mrgrpo.diagnose(_as_float64(ex.rewards), group, reward_ranges=ex.reward_ranges, names=list(ex.names))
-    scale = report["scale"]
     console.print(
-        f"GRPO scale 1/(std+eps) = {_fmt(scale['grpo'])}, CorrGRPO scale 1/sqrt(Σρ+eps) = {_fmt(scale['corr_grpo'])}; "
-        "share of Var(total): " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in report["variance_share"].items())
+        f"{_scales(report)}; share of Var(total): "
+        + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in report["variance_share"].items())
     )
     console.print(ex.note)
+
+
+def _scales(report: dict[str, Any]) -> str:
+    """``scale: grpo 0.2536, corr_grpo 0.4307``: each estimator's group scale in a diagnose report."""
+    return "scale: " + ", ".join(f"{name} {_fmt(value)}" for name, value in report.get("scale", {}).items())
 
 
 def _as_float64(rows: Any) -> Any:
@@ -329,14 +334,14 @@ def diagnose(
     per_estimator = None
     if chosen is not None:
         if estimator.strip() == "all" and reward_ranges is None:
-            chosen = [n for n in chosen if "reward_ranges" not in mrgrpo.get_estimator(n).options]
+            chosen = [n for n in chosen if not mrgrpo.get_estimator(n).needs_ranges]
         per_estimator = {
             n: {k: v for k, v in options.items() if k in mrgrpo.get_estimator(n).options} for n in chosen
         }
         unused = set(options) - {k for n in chosen for k in mrgrpo.get_estimator(n).options}
         if unused:
             _fail(f"option(s) {sorted(unused)} belong to none of the estimators {chosen}")
-        needs_ranges = [n for n in chosen if "reward_ranges" in mrgrpo.get_estimator(n).options]
+        needs_ranges = [n for n in chosen if mrgrpo.get_estimator(n).needs_ranges]
         if needs_ranges and reward_ranges is None:
             _fail(f"{', '.join(needs_ranges)} need(s) --ranges lo:hi per component ({len(batch.names)}: {', '.join(batch.names)})")
     try:
@@ -390,8 +395,7 @@ def print_report(report: dict[str, Any]) -> None:
         for name, row in zip(names, report["correlation"]):
             corr.add_row(escape(name), *[_fmt(v, 3) for v in row])
         console.print(corr)
-        scale = report["scale"]
-        console.print(f"median scale: GRPO {_fmt(scale['grpo'])}, CorrGRPO {_fmt(scale['corr_grpo'])}")
+        console.print(f"median {_scales(report)}")
         collapse = report["advantage_collapse"]
         console.print(
             f"distinct reward profiles per group: {collapse['distinct_reward_profiles']:.2f}; distinct advantages: "

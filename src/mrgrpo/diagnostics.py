@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrgrpo.estimators import available_estimators, compute_advantages, get_estimator, validate_options
+from mrgrpo.estimators import available_estimators, get_estimator
+from mrgrpo.estimators.binding import bind
 from mrgrpo.estimators._checks import check_reward_ranges
-from mrgrpo.estimators.corr_grpo import correlation_sum
 from mrgrpo.estimators.groups import Groups, group_moments, make_groups
 from mrgrpo.estimators.registry import as_reward_matrix, as_weights
 
@@ -34,8 +34,6 @@ def diagnose(
     estimators: Sequence[str] | None = None,
     estimator_options: Mapping[str, Mapping[str, Any]] | None = None,
     advantages: Mapping[str, Any] | None = None,
-    eps_grpo: float = 1e-4,
-    eps_corr: float = 1e-6,
 ) -> dict[str, Any]:
     """Diagnostics of a reward batch ``rewards`` ``[N, K]`` grouped by ``group_ids`` ``[N]``.
 
@@ -49,9 +47,11 @@ def diagnose(
     * ``variance_share``: per component, ``Σ_m w_l w_m Cov_lm / Var(T)`` averaged over the
       groups whose weighted total ``T`` varies: how much of GRPO's denominator each component
       owns (shares sum to 1; a negative share means the component cancels others).
-    * ``scale``: median over varying groups of GRPO's ``1/(std_g T + eps)`` (ddof=1) and
-      CorrGRPO's ``1/sqrt(Σρ + eps)``.
-    * ``corr_grpo``: ``denominator_below_one`` (fraction of varying groups whose
+    * ``scale``: per estimator registered with a ``group_scale`` trait, the median over the
+      varying groups of the factor by which it scales a group's centered weighted total at its
+      defaults: GRPO's ``1/(std_g T + 1e-4)`` (ddof=1), CorrGRPO's ``1/sqrt(Σρ + 1e-6)``.
+    * ``<estimator>``: the statistics of those scales its ``scale_diagnostics`` trait gives;
+      ``corr_grpo``: ``denominator_below_one`` (fraction of varying groups whose
       ``sqrt(Σρ + eps) < 1``, i.e. whose centered total CorrGRPO amplifies) and
       ``max_amplification`` (largest ``1/sqrt(Σρ + eps)`` in the batch).
     * ``zero_variance_fraction``: fraction of groups whose total ``T`` is constant — up to the
@@ -115,20 +115,17 @@ def diagnose(
     mean_shares = shares.mean(dim=0).tolist() if shares.shape[0] else [None] * k
     report["variance_share"] = {name: _float(value) for name, value in zip(names, mean_shares)}
 
-    counts = groups.sizes.to(torch.float64)
-    std_total = (var_total / (counts - 1).clamp(min=1)).sqrt()
-    corr_sum = correlation_sum(centered * w, groups)
-    corr_scale = (1.0 / (corr_sum + eps_corr).sqrt())[varying]
-    report["scale"] = {
-        "grpo": _median((1.0 / (std_total + eps_grpo))[varying]),
-        "corr_grpo": _median(corr_scale),
-    }
-    # CorrGRPO amplifies a group's centered total by 1/sqrt(Σρ + eps): anti-correlated rewards
-    # push Σρ toward 0 and the amplification toward 1/sqrt(eps).
-    report["corr_grpo"] = {
-        "denominator_below_one": _float((corr_scale > 1).to(torch.float64).mean()) if corr_scale.numel() else None,
-        "max_amplification": _float(corr_scale.max()) if corr_scale.numel() else None,
-    }
+    # each estimator that declares how it scales a group's centered total (its group_scale
+    # trait): the median over the varying groups, and its own statistics of them
+    report["scale"] = {}
+    for name in available_estimators():
+        spec = get_estimator(name)
+        if spec.group_scale is None:
+            continue
+        scales = spec.group_scale(weighted, groups)[varying]
+        report["scale"][name] = _median(scales)
+        if spec.scale_diagnostics is not None:
+            report[name] = {key: _float(value) for key, value in spec.scale_diagnostics(scales).items()}
     report["advantage_collapse"] = _advantage_collapse(
         values, groups, w, ranges, estimators, estimator_options or {}, advantages or {}, names
     )
@@ -209,21 +206,19 @@ def _advantage_collapse(
             spec = get_estimator(name)
             explicit = dict(estimator_options.get(name, {}))
             spec.check_options(explicit)
-            options = dict(explicit)
-            if any(key not in options for key in spec.required):
+            if any(key not in explicit for key in spec.required):
                 continue  # required options (e.g. roles) not given: nothing to report
-            if spec.needs_ranges and "reward_ranges" not in options:
-                if ranges is None:
-                    continue  # needs ranges: nothing to report without them
-                options["reward_ranges"] = ranges
+            if spec.needs_ranges and "reward_ranges" not in explicit and ranges is None:
+                continue  # needs ranges: nothing to report without them
             try:
-                options = validate_options(spec, options, values.shape[1], component_names)  # roles by name
-                used = weights if spec.uses_weights else None
-                advantages = compute_advantages(values, groups.index, name, used, **options).to(torch.float64)
+                # (no dry step: the estimator runs on the batch right away)
+                binding = bind(spec, explicit, names=component_names, num_components=values.shape[1], ranges=ranges,
+                               weights=weights, dry_step=False)
+                advantages = binding.advantages(values, groups.index).to(torch.float64)
             except ValueError:
                 if explicit:
                     raise  # the caller's own options are wrong: say so
-                continue  # a user estimator with required options: nothing to report
+                continue  # weights it cannot use, a user estimator's own refusal: nothing to report
         advantages = torch.where(scored, advantages, torch.zeros_like(advantages))
         rounded = torch.round(advantages, decimals=DISTINCT_DECIMALS).unsqueeze(1)
         out["distinct_advantages"][name] = _distinct_per_group(rounded, groups)

@@ -93,3 +93,23 @@ def test_the_report_says_where_the_weights_came_from(tmp_path):
     assert data["weights"] == [1.0, 0.25] and data["weights_source"] == "the run's"
     run_analyze(path, out=tmp_path / "q", estimators="grpo", weights="2,1")
     assert json.loads((tmp_path / "q" / "analysis.json").read_text())["weights_source"] == "--weights"
+
+
+def test_all_skips_and_names_estimators_that_refuse_the_runs_weights(tmp_path):
+    # ddca uses no weights: it refuses a run's 1/0.5 rather than drop them; `-e all` replays the others
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+
+    path = tmp_path / "rollouts.jsonl"
+    _write_rollouts(path, scale_b=1.0, steps=1)
+    result = CliRunner().invoke(app, ["analyze", str(path), "--out", str(tmp_path / "o"), "--weights", "1,0.5"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "o" / "analysis.json").read_text())
+    assert "ddca" not in data["estimators"] and "grpo" in data["estimators"] and "ddca" in data["skipped"]
+    assert "does not use the weights of component(s) [1]" in data["refused"]["ddca"]
+    assert "skipped ddca: ddca does not use the weights" in result.stderr
+    assert "skipped ddca: ddca does not use the weights" in (tmp_path / "o" / "analysis.md").read_text()
+    # named alone, the refusal is the command's one-line error
+    result = CliRunner().invoke(app, ["analyze", str(path), "--out", str(tmp_path / "p"), "--weights", "1,0.5", "-e", "ddca"])
+    assert result.exit_code == 2 and "ddca does not use the weights" in result.output

@@ -106,3 +106,14 @@ def test_extra_components_at_weight_zero_leave_a_run_unchanged(tmp_path):
     assert {n: b["curves"][n] for n in a["names"]} == a["curves"]
     assert b["curves"]["unformatted"] == [1.0 - f for f in a["curves"]["format"]]
     assert with_extra["table"]["eval"]["grpo"]["total"] == plain["table"]["eval"]["grpo"]["total"]
+
+
+def test_every_estimator_is_bound_to_the_suite_before_the_first_run(tmp_path):
+    # ddca uses no weights: format's 0.5 is refused (not dropped) before any run or directory exists
+    from mrgrpo.errors import ConfigError
+
+    out = tmp_path / "c"
+    with pytest.raises(ConfigError, match=r"ddca does not use the weights of component\(s\) \[1\]"):
+        run_compare(CONFIG, ["grpo", "ddca(correctness=correct;length=close)"], [0], out,
+                    overrides=[*FAST, "rewards.weights.format=0.5"], log=lambda *_: None)
+    assert not out.exists()

@@ -296,5 +296,7 @@ def test_the_launcher_accepts_every_estimator_with_its_example_options(name):
         overrides.append(f"+algorithm.mrgrpo.options.{key}={value}".replace(" ", ""))
     if not mrgrpo.get_estimator(name).uses_weights:
         overrides.append("algorithm.mrgrpo.weights=null")
+    elif mrgrpo.get_estimator(name).roles:  # a role's component (a cost) weighs 1: the suite's 0.5 is refused
+        overrides.append(f"algorithm.mrgrpo.weights=[{','.join(str(w) for w in weights_for(name))}]")
     launch.prepare(example(*overrides))
     assert integration.verl_name(name) in core_algos.ADV_ESTIMATOR_REGISTRY

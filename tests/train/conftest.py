@@ -49,7 +49,8 @@ def tiny_grpo_config(output_dir: Any, **settings: Any) -> Any:
 def estimator_config(name: str, **changes: Any) -> dict[str, Any]:
     """:func:`tiny_config` training ``name`` with its registered ``example_options``; the
     components its roles name weigh 1 (a role's component enters through its role, e.g. a cost
-    through its multiplier), the others keep the tiny suite's weights."""
+    through its multiplier), the others keep the tiny suite's weights (all 1 for an estimator
+    registered with ``uses_weights=False``, which refuses any other)."""
     import mrgrpo
 
     spec = mrgrpo.get_estimator(name)
@@ -60,6 +61,6 @@ def estimator_config(name: str, **changes: Any) -> dict[str, Any]:
         named += value if isinstance(value, list) else [] if value is None else [value]
     weights = data["rewards"]["weights"]
     for index, component in enumerate(list(weights)):
-        if index in named:
+        if index in named or not spec.uses_weights:  # (an estimator without weights refuses any but 1)
             weights[component] = 1.0
     return data

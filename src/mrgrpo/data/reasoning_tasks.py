@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mrgrpo.errors import ConfigError, UserError
 from mrgrpo.extras import import_extra, require
 
 require("math", "reasoning-gym tasks (mrgrpo.data.reasoning_tasks)")
@@ -65,7 +66,13 @@ def distinct_items(task: str, config: Mapping[str, Any], seed: int, count: int, 
     reasoning_gym = import_extra("reasoning_gym", "math", "reasoning-gym tasks")
 
     scan = max(SCAN_FACTOR * count, 100)
-    dataset = reasoning_gym.create_dataset(task, seed=seed, size=scan, **config)
+    try:
+        dataset = reasoning_gym.create_dataset(task, seed=seed, size=scan, **config)
+    except (AssertionError, ValueError, TypeError) as error:  # reasoning-gym checks its config with asserts
+        if isinstance(error, UserError):
+            raise
+        reason = str(error).strip() or "its own check failed"
+        raise ConfigError(f"reasoning-gym refuses the options of {task!r}: {reason}") from None
     seen, items = set(skip), []
     for index in range(scan):
         if len(items) == count:

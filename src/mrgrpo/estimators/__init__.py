@@ -7,6 +7,7 @@ from mrgrpo.estimators import (  # noqa: F401  (registration)
     constrained_grpo, corpo, corr_grpo, ddca, dr_grpo, dvao, gd2po, gdpo, gdpo_loo, grpo, mo_grpo, rvpo, sa_corr_grpo,
     sa_mrpo, saw,
 )
+from mrgrpo.estimators.binding import Binding, Host, bind
 from mrgrpo.estimators.corr_ema import corr_grpo_ema, update_correlation_state
 from mrgrpo.estimators.groups import Groups, make_groups
 from mrgrpo.estimators.registry import (
@@ -21,7 +22,10 @@ from mrgrpo.estimators.registry import (
 )
 
 __all__ = [
+    "Binding",
     "Estimator",
+    "Host",
+    "bind",
     "Groups",
     "available_estimators",
     "check_reward_values",

@@ -73,14 +73,13 @@ def given(options: dict[str, Any], checks: dict[str, Any]) -> None:
 
 def check_unused_weights(weights: Tensor, unused: Sequence[int], estimator: str, hint: str) -> None:
     """The estimator ignores the weights of the ``unused`` columns: each must be 1 (the
-    default) or 0, so that a weight is never silently dropped."""
-    values = weights.tolist()
-    bad = [j for j in unused if values[j] not in (0.0, 1.0)]
-    if bad:
-        raise ConfigError(
-            f"{estimator} does not use the weights of component(s) {bad} (weights {[values[j] for j in bad]}): "
-            f"set them to 1 (or 0); {hint}"
-        )
+    default) or 0, so that a weight is never silently dropped (the rule
+    :func:`~mrgrpo.estimators.binding.bind` applies before a run starts)."""
+    from mrgrpo.estimators.binding import unused_weight_problem
+
+    problem = unused_weight_problem(weights.tolist(), unused, estimator, hint)
+    if problem:
+        raise ConfigError(problem)
 
 
 def flat_zscores(rewards: Tensor, groups: Groups, eps: float, ddof: int) -> Tensor:

@@ -268,7 +268,28 @@ def _check_corr_grpo_options(options: dict[str, Any], num_components: int | None
     check_given_corr_options(options, num_components, "corr_grpo", corr_grpo.__kwdefaults__)
 
 
-@register_estimator("corr_grpo", combine="sum_then_normalize", validate=_check_corr_grpo_options)
+def _group_scale(weighted_centered: Tensor, groups: Groups) -> Tensor:
+    """CorrGRPO's scale of each group's centered total at its defaults: ``1/sqrt(Σρ + 1e-6)``
+    ``[num_groups]`` (the ``group_scale`` trait)."""
+    return 1.0 / (correlation_sum(weighted_centered, groups) + corr_grpo.__kwdefaults__["eps"]).sqrt()
+
+
+def _scale_diagnostics(scales: Tensor) -> dict[str, float | None]:
+    """Of the varying groups: the fraction whose centered total CorrGRPO amplifies
+    (``sqrt(Σρ + eps) < 1``: anti-correlated rewards push Σρ toward 0) and the largest factor."""
+    if not scales.numel():
+        return {"denominator_below_one": None, "max_amplification": None}
+    return {
+        "denominator_below_one": float((scales > 1).to(torch.float64).mean()),
+        "max_amplification": float(scales.max()),
+    }
+
+
+@register_estimator(
+    "corr_grpo", combine="sum_then_normalize", validate=_check_corr_grpo_options,
+    group_scale=_group_scale,
+    scale_diagnostics=_scale_diagnostics,
+)
 def corr_grpo(
     rewards: Tensor,
     groups: Groups,

@@ -88,6 +88,14 @@ def _check_grpo_options(options: dict[str, Any], num_components: int | None) -> 
     )
 
 
+def _group_scale(weighted_centered: Tensor, groups: Groups) -> Tensor:
+    """GRPO's scale of each group's centered total at its defaults: ``1/(std_g T + 1e-4)``
+    (ddof=1), ``[num_groups]`` (the ``group_scale`` trait)."""
+    total = weighted_centered.sum(dim=1)
+    var = groups.sum(total * total) / (groups.sizes.to(total.dtype) - 1).clamp(min=1)
+    return 1.0 / (var.sqrt() + grpo.__kwdefaults__["eps"])
+
+
 @register_estimator(
     "grpo",
     screens_rewards=True,
@@ -95,6 +103,7 @@ def _check_grpo_options(options: dict[str, Any], num_components: int | None) -> 
     scale_option="scale",
     trl_default="sum_then_normalize",
     validate=_check_grpo_options,
+    group_scale=_group_scale,
 )
 def grpo(
     rewards: Tensor,

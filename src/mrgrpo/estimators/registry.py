@@ -65,6 +65,14 @@ COMBINES = ("sum_then_normalize", "normalize_then_sum", "other")
 #: (``None`` where it is not known yet); raises ``ValueError`` naming the problem and the fix.
 OptionCheck = Callable[[dict[str, Any], "int | None"], None]
 
+#: ``group_scale(weighted_centered, groups) -> [num_groups]``: from the group-centered weighted
+#: components ``w_k (r_ik − mean_g r_k)`` ``[N, K]`` float64 (NaN entries 0), the factor by which
+#: the estimator, at its defaults, scales each group's centered total (GRPO: ``1/(std_g T + eps)``).
+GroupScale = Callable[[Tensor, Groups], Tensor]
+#: ``scale_diagnostics(scales) -> {key: float | None}`` of the ``group_scale`` values of the
+#: groups whose total varies (possibly none).
+ScaleDiagnostics = Callable[[Tensor], "dict[str, float | None]"]
+
 #: A keyword-only parameter without a default: a required option.
 REQUIRED = inspect.Parameter.empty
 
@@ -96,9 +104,14 @@ class Estimator:
             this estimator reproduces at its defaults: the one a trainer runs when no
             estimator is named (grpo for ``sum_then_normalize``, gdpo for ``normalize_then_sum``).
         uses_weights: combines the components with the weights ``w_k``; ``False`` (e.g. an
-            estimator with fixed roles) makes the adapters pass no weights (all ones) instead
-            of the suite's.
+            estimator with fixed roles): the estimator is called without weights, and a run's
+            weight other than 1 (or 0) is refused when it is bound.
         stateful: its function takes ``state`` and returns ``(advantages, new_state)``.
+        group_scale: at its defaults, the factor by which it scales each group's centered
+            weighted total (:data:`GroupScale`): :func:`mrgrpo.diagnose` reports its median over
+            the varying groups as ``scale[name]``.
+        scale_diagnostics: further statistics of those per-group scales
+            (:data:`ScaleDiagnostics`), reported by :func:`mrgrpo.diagnose` as ``report[name]``.
     """
 
     name: str
@@ -117,6 +130,8 @@ class Estimator:
     trl_default: str | None = None
     uses_weights: bool = True
     stateful: bool = False
+    group_scale: GroupScale | None = None
+    scale_diagnostics: ScaleDiagnostics | None = None
 
     @property
     def required(self) -> list[str]:
@@ -139,6 +154,7 @@ class Estimator:
             "unscaled": self.unscaled,
             "trl_default": self.trl_default,
             "uses_weights": self.uses_weights,
+            "group_scale": self.group_scale is not None,
             "required": self.required,
         }
 
@@ -173,6 +189,8 @@ def register_estimator(
     unscaled: bool = False,
     trl_default: str | None = None,
     uses_weights: bool = True,
+    group_scale: GroupScale | None = None,
+    scale_diagnostics: ScaleDiagnostics | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, weights, *, **options)`` under ``name``.
 
@@ -215,6 +233,11 @@ def register_estimator(
             problems.append(f"scale_option {scale_option!r} is not one of its options {sorted(options)}")
         if validate is not None and not callable(validate):
             problems.append("validate must be a function (options, num_components) -> None")
+        for trait, value in (("group_scale", group_scale), ("scale_diagnostics", scale_diagnostics)):
+            if value is not None and not callable(value):
+                problems.append(f"{trait} must be a function")
+        if scale_diagnostics is not None and group_scale is None:
+            problems.append("scale_diagnostics needs a group_scale")
         unknown = sorted(set(examples) - set(options))
         if unknown:
             problems.append(f"example_options has unknown option(s) {unknown}")
@@ -238,7 +261,8 @@ def register_estimator(
             name, fn, options, doc.splitlines()[0] if doc else "", screens_rewards,
             combine=combine, batch_norm=batch_norm, needs_ranges=needs_ranges, roles=role_names,
             validate=validate, example_options=examples, scale_option=scale_option, unscaled=unscaled,
-            trl_default=trl_default, uses_weights=uses_weights, stateful=stateful,
+            trl_default=trl_default, uses_weights=uses_weights, stateful=stateful, group_scale=group_scale,
+            scale_diagnostics=scale_diagnostics,
         )
         return fn
 

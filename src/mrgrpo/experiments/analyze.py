@@ -150,15 +150,25 @@ def analyze_batches(
     """The replay (see the module docstring) as a JSON-ready dict."""
     import mrgrpo
 
+    from mrgrpo.errors import ConfigError
+    from mrgrpo.estimators.binding import Host, bind
+
     w = torch.tensor(weights if weights is not None else [1.0] * len(names), dtype=torch.float64)
-    chosen = []
+    host = Host(weights_from="the run's weights (or --weights)", ranges_fix="give --ranges lo:hi per component")
+    bound, refused = {}, {}
     for name in estimators:
         spec = mrgrpo.get_estimator(name)
-        if "reward_ranges" in spec.options and ranges is None:
+        if spec.needs_ranges and ranges is None:
             continue  # needs the components' ranges (give --ranges)
         if spec.required:
             continue  # needs options with no default (a threshold, which component is a cost): none to replay with
-        chosen.append(name)
+        try:
+            bound[name] = bind(spec, {}, names=names, ranges=ranges, weights=weights, host=host)
+        except ConfigError as error:
+            if len(estimators) == 1:
+                raise  # the one estimator asked for cannot replay this run: say why
+            refused[name] = str(error)  # e.g. weights it does not use: skipped, and said so
+    chosen = list(bound)
     agree = {(a, b): [0, 0] for a, b in itertools.combinations(chosen, 2)}
     rank_corr: dict[tuple[str, str], list[float]] = {pair: [] for pair in agree}
     per_step_weights: dict[str, list[list[float]]] = {e: [] for e in chosen}
@@ -169,9 +179,8 @@ def analyze_batches(
     for step, rewards, group_ids in batches:
         steps.append(step)
         advantages = {}
-        for name in chosen:
-            options = {"reward_ranges": ranges} if "reward_ranges" in mrgrpo.get_estimator(name).options else {}
-            advantages[name] = mrgrpo.compute_advantages(rewards, group_ids, name, w, **options).to(torch.float64)
+        for name, binding in bound.items():
+            advantages[name] = binding.advantages(rewards, group_ids).to(torch.float64)
         z = group_standardize(rewards, group_ids)
         pooled_z.append(z)
         for name, adv in advantages.items():
@@ -204,6 +213,7 @@ def analyze_batches(
         "ranges": [list(r) for r in ranges] if ranges is not None else None,
         "estimators": chosen,
         "skipped": [e for e in estimators if e not in chosen],
+        "refused": refused,
         "steps": steps,
         "num_rollouts": int(z_all.shape[0]),
         "sign_agreement": {f"{a}|{b}": (c / n if n else math.nan) for (a, b), (c, n) in agree.items()},
@@ -228,6 +238,7 @@ def _matrix_table(estimators: list[str], values: dict[str, float], title: str) -
 
 def render_report(report: dict[str, Any], source: str, figures: dict[str, Path | None]) -> str:
     names, estimators = report["names"], report["estimators"]
+    unset = [e for e in report["skipped"] if e not in report.get("refused", {})]
     lines = [
         f"# mrgrpo analyze: `{source}`",
         "",
@@ -235,7 +246,8 @@ def render_report(report: dict[str, Any], source: str, figures: dict[str, Path |
         f"(weights {', '.join(f'{w:g}' for w in report['weights'])}"
         + (f", {report['weights_source']}" if report.get("weights_source") else "")
         + f"); estimators replayed: {', '.join(estimators)}"
-        + (f"; skipped (no ranges, or options with no default): {', '.join(report['skipped'])}" if report["skipped"] else ""),
+        + (f"; skipped (no ranges, or options with no default): {', '.join(unset)}" if unset else "")
+        + "".join(f"; skipped {name}: {why}" for name, why in report.get("refused", {}).items()),
         "",
         "## Effective weight of each component",
         "",
@@ -310,7 +322,9 @@ def run_analyze(
     diag_series = {
         "in-group correlation": pair_corr,
         "share of Var(total)": {n: [d.get("variance_share", {}).get(n, math.nan) or math.nan for d in diags] for n in names},
-        "scale (median over groups)": {k: [d.get("scale", {}).get(k) or math.nan for d in diags] for k in ("grpo", "corr_grpo")},
+        "scale (median over groups)": {
+            k: [d.get("scale", {}).get(k) or math.nan for d in diags] for k in (diags[0].get("scale", {}) if diags else {})
+        },
         "zero-variance groups": {"fraction": [d.get("zero_variance_fraction") or 0.0 for d in diags]},
     }
     figures = {

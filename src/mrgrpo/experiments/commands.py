@@ -55,6 +55,10 @@ def analyze_command(
         report = run_analyze(source, out=out, estimators=estimators, weights=weights, ranges=ranges)
     except (UserError, ValueError) as error:
         _fail(error)
+    import json
+
+    for name, why in json.loads((report.parent / "analysis.json").read_text()).get("refused", {}).items():
+        typer.echo(f"skipped {name}: {why}", err=True)
     typer.echo(f"wrote {report}")
 
 

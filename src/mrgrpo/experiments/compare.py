@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from mrgrpo.errors import ConfigError
 from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
 from mrgrpo.keyvalue import parse_call, split_top_level
+from mrgrpo.train.config import StrictConfig
 
 RESULT_FILE = "result.json"
 VIEWS = {
@@ -47,11 +48,7 @@ VIEWS = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class WarmStartConfig(_Strict):
+class WarmStartConfig(StrictConfig):
     """Supervised warm start of the ``tiny`` preset (see :func:`mrgrpo.experiments.testbed.warm_start`)."""
 
     steps: int = Field(250, ge=0)
@@ -62,7 +59,7 @@ class WarmStartConfig(_Strict):
     include_eval: bool = Field(False, description="also fit the held-out prompts (held out of RL only)")
 
 
-class EvalConfig(_Strict):
+class EvalConfig(StrictConfig):
     """Sampled evaluation after training on the task's held-out split."""
 
     samples: int = Field(4, gt=0, description="samples per held-out prompt")
@@ -71,7 +68,7 @@ class EvalConfig(_Strict):
     limit: int | None = Field(None, gt=0, description="use only the first N held-out prompts")
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(StrictConfig):
     """The ``experiment`` section of a compare config. ``warm_start`` applies only when the
     config's ``model`` is the ``tiny`` preset (other models start from their own weights)."""
 
@@ -107,6 +104,18 @@ def estimator_spec(label: str) -> tuple[str, dict[str, Any]]:
     if unknown:
         raise ConfigError(f"{label!r}: {name} has no option(s) {unknown}")
     return name, options
+
+
+def label_config(train: dict[str, Any], label: str, seed: int) -> dict[str, Any]:
+    """The train config mapping of one run: ``train`` with the estimator and options of ``label``
+    (the config's own options only when it names the same estimator) and ``seed``."""
+    data = dict(train)
+    name, options = estimator_spec(label)
+    if name != data.get("estimator"):
+        data["estimator_options"] = {}  # the config's options belong to its own estimator
+    data.update(estimator=name, seed=seed)
+    data["estimator_options"] = {**data.get("estimator_options", {}), **options}
+    return data
 
 
 def run_dir_of(out: Path, estimator: str, seed: int) -> Path:
@@ -187,12 +196,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an interrupted run: start it again from scratch
     experiment = ExperimentConfig.model_validate(spec["experiment"])
-    data = dict(spec["train"])
-    name, options = estimator_spec(spec["estimator"])
-    if name != data.get("estimator"):
-        data["estimator_options"] = {}  # the config's options belong to its own estimator
-    data.update(estimator=name, seed=spec["seed"])
-    data["estimator_options"] = {**data.get("estimator_options", {}), **options}
+    data = label_config(spec["train"], spec["estimator"], spec["seed"])
     if spec.get("warm_dir"):
         warm = testbed.warm_start(validate_config(data), spec["seed"], spec["warm_dir"], **experiment.warm_start.model_dump())
         data["model"] = str(warm)
@@ -269,6 +273,11 @@ def run_compare(
         raise ValueError("--estimators: give distinct names")
     out = Path(out)
     train, experiment = load_compare_config(config_path, overrides)
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import check_run
+
+    for label in estimators:  # each estimator bound to the suite before any run starts
+        check_run(validate_config(label_config(train, label, seeds[0] if seeds else 0), f"--estimators {label}"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare_config.yaml").write_text(yaml.safe_dump({**train, "experiment": experiment.model_dump(mode="json")}, sort_keys=False))
     specs = plan(train, experiment, estimators, seeds, out)

@@ -88,8 +88,9 @@ def build_suite(
     return suite
 
 
-def prepare(task_config: Any, rewards: Any, tokenizer: Any, chat: bool, split: str = "train") -> Prepared:
-    """Resolve, build and check a run's task and suite (see the module docstring)."""
+def prepare(task_config: Any, rewards: Any, tokenizer: Any, chat: bool, split: str = "train", score: bool = True) -> Prepared:
+    """Resolve, build and check a run's task and suite (see the module docstring); ``score=False``
+    leaves out step 4's scoring of sample rows (``mrgrpo train --check``: it may start sandboxes)."""
     task, spec = resolve(task_config)
     options = task.resolve_options(spec.options)
     name, suite_options = suite_settings(task, options, rewards)
@@ -97,7 +98,7 @@ def prepare(task_config: Any, rewards: Any, tokenizer: Any, chat: bool, split: s
     check_columns(task, name)
     suite = build_suite(task, options, rewards, tokenizer)
     dataset = task.rows(spec, split, chat)
-    means = check_scorable(task, suite, dataset)
+    means = check_scorable(task, suite, dataset) if score else {}
     return Prepared(task, spec, options, suite, dataset, means, chat, suite_name=name, tokenizer=tokenizer)
 
 

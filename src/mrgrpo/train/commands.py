@@ -45,7 +45,11 @@ def train_command(
         ),
     ] = False,
     check: Annotated[
-        bool, typer.Option("--check", help="validate the config, print it resolved, and exit (loads no model)")
+        bool, typer.Option(
+            "--check",
+            help="validate the config, its task and reward suite and the estimator bound to them (with --resume: "
+            "the checkpoint and its estimator state), print the config resolved, and exit (loads no model)",
+        )
     ] = False,
 ) -> None:
     """Train with multi-reward GRPO (no arguments: the embedded CPU demo, SmolLM2 + corr_grpo).
@@ -60,7 +64,7 @@ def train_command(
     require("trl", "mrgrpo train")
     require("plots", "mrgrpo train (TensorBoard events and the run report's plots)")
     from mrgrpo.train.config import load_config, read_config_mapping
-    from mrgrpo.train.job import check_resume, load_run_config, run_train
+    from mrgrpo.train.job import check_run, load_run_config, run_train
 
     if resume is not None:
         if config is not None or out is not None:
@@ -77,8 +81,7 @@ def train_command(
             )
         cfg = load_config(config, list(set_ or []), estimator)
     if check:
-        if resume is not None:
-            check_resume(cfg, resume, allow_change)
+        check_run(cfg, resume, allow_change)  # task, suite and the estimator bound to them (no model)
         typer.echo(cfg.to_yaml(), nl=False)
         return
     result = run_train(cfg, out=out, resume=resume, job_started=started, allow_changes=allow_change)

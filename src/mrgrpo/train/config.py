@@ -54,13 +54,16 @@ RESERVED_TRAINER_KEYS = {
 DEFAULT_DIAGNOSTICS_EVERY = 10
 
 
-class _Strict(BaseModel):
-    # strict: no guessing between types (`max_steps: true` is not 1, `size: "8"` is not 8);
-    # an int is still accepted where a float is expected. NaN and ±inf are refused.
+class StrictConfig(BaseModel):
+    """The base of mrgrpo's typed configs (a run's, a comparison's ``experiment``): unknown keys
+    are errors; strict, so no guessing between types (``max_steps: true`` is not 1, ``size: "8"``
+    is not 8; an int is still accepted where a float is expected); NaN and ±inf are refused;
+    assignments are validated too."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
-class TaskConfig(_Strict):
+class TaskConfig(StrictConfig):
     """Where prompts come from.
 
     ``name`` is any reasoning-gym dataset name (``chain_sum``, ``basic_arithmetic``,
@@ -80,7 +83,7 @@ class TaskConfig(_Strict):
     few_shot: int = Field(1, ge=0, le=4, description="worked example exchanges put before each prompt")
 
 
-class RewardsConfig(_Strict):
+class RewardsConfig(StrictConfig):
     """The reward suite: a registered suite name, its factory options, which components (in
     order; default all) and their weights (a mapping for some, default the suite's)."""
 
@@ -90,7 +93,7 @@ class RewardsConfig(_Strict):
     weights: dict[str, float] | None = None
 
 
-class TrainConfig(_Strict):
+class TrainConfig(StrictConfig):
     """A full training run. ``trainer`` holds GRPOConfig fields, passed through."""
 
     model: str = Field("smollm2", description="preset (tiny | smollm2) or local/hub path")
@@ -181,54 +184,18 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _estimator_options(self) -> TrainConfig:
-        from mrgrpo.estimators import get_estimator
+        from mrgrpo.estimators.binding import bind
 
-        spec = get_estimator(self.estimator)
-        unknown = sorted(set(self.estimator_options) - set(spec.options))
-        if unknown:
-            known = ", ".join(f"{k}={v!r}" for k, v in spec.options.items() if k != "reward_ranges") or "none"
-            raise ValueError(
-                f"estimator_options: {self.estimator!r} has no option(s) {unknown}; its options (defaults): {known}"
-            )
-        options = dict(self.estimator_options)
-        if self.correlation_ema is not None:
-            from mrgrpo.train.trainer import check_correlation_ema
-
-            options = check_correlation_ema(self.estimator, options, self.correlation_ema)
-        # names and values, without data; the suite's components are checked once it is built
-        from mrgrpo.estimators import validate_options
-
+        # names and values, without data (a partial binding); the run binds the estimator to the
+        # suite's components, ranges and weights before any model loads (mrgrpo.train.job.bind_run)
         try:
-            validate_options(spec, options, partial=True)
+            bind(self.estimator, self.estimator_options, correlation_ema=self.correlation_ema, partial=True)
         except ValueError as error:
             raise ValueError(f"estimator_options: {error}") from None
-        if spec.validate is None:  # an estimator without its own check: run it once on a small batch
-            _probe_estimator_options(self.estimator, options)
         return self
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
-
-
-def _probe_estimator_options(name: str, options: dict[str, Any]) -> None:
-    """Run the estimator once on a small batch with ``options``, so that a bad option value
-    (``eps: -1``, ``scale: grup``) is reported with the config, before any model loads."""
-    import torch
-
-    from mrgrpo.estimators import compute_advantages, get_estimator
-
-    spec = get_estimator(name)
-    sized = [options.get(key) for key in ("reward_ranges", "correlation") if options.get(key) is not None]
-    k = len(sized[0]) if sized and isinstance(sized[0], (list, tuple)) else 2
-    rewards = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.25, 0.5], [1.0, 1.0], [0.5, 0.0], [0.0, 0.5]], dtype=torch.float64)
-    rewards = rewards[:, [i % 2 for i in range(k)]] if k != 2 else rewards
-    probe = {**spec.example_options, **options}
-    if spec.needs_ranges and probe.get("reward_ranges") is None:
-        probe["reward_ranges"] = [(0.0, 1.0)] * k
-    try:
-        compute_advantages(rewards, [0, 0, 0, 1, 1, 1], name, **probe)
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"estimator_options: {error}") from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -229,6 +229,42 @@ def prepare_task(config: TrainConfig, split: str = "train") -> Any:
     return prepared
 
 
+def bind_run(config: TrainConfig, suite: Any, checkpoint: Path | None = None) -> Any:
+    """The run's estimator bound to its suite (component names, ranges, weights), GRPOConfig's
+    settings and, resuming from ``checkpoint``, the estimator state saved there
+    (:func:`mrgrpo.estimators.binding.bind`): every estimator mistake fails here, before any
+    model loads."""
+    from mrgrpo.estimators import get_estimator
+    from mrgrpo.estimators.binding import bind
+    from mrgrpo.train.host import ESTIMATOR_STATE_FILE, read_estimator_state, trl_host
+
+    state, source = None, "the resumed state"
+    path = Path(checkpoint) / ESTIMATOR_STATE_FILE if checkpoint is not None else None
+    if path is not None and path.is_file() and get_estimator(config.estimator).stateful:
+        state, source = read_estimator_state(path, config.estimator), str(path)
+    return bind(
+        config.estimator, config.estimator_options, names=suite.names, ranges=suite.reward_ranges,
+        weights=suite.weights, host=trl_host(None, "rewards.weights"), correlation_ema=config.correlation_ema,
+        state=state, state_from=source,
+    )
+
+
+def check_run(config: TrainConfig, resume: str | Path | None = None, allow_changes: bool = False) -> Any:
+    """What ``mrgrpo train --check`` checks beyond the config, loading no model and no tokenizer:
+    the resume (a checkpoint to resume from, the changes it may make), the task, its rows and
+    its reward suite (:func:`mrgrpo.tasks.prepare.prepare` without scoring samples: a bad
+    pairing or a missing extra fails here), and the estimator bound to the suite and to the
+    state being resumed (:func:`bind_run`). Returns the binding."""
+    import datasets
+
+    from mrgrpo.tasks.prepare import prepare
+
+    datasets.disable_progress_bars()
+    checkpoint = check_resume(config, Path(resume), allow_changes)[0] if resume is not None else None
+    prepared = prepare(config.task, config.rewards, None, chat=config.model != "tiny", score=False)
+    return bind_run(config, prepared.suite, checkpoint)
+
+
 @reaped_children()
 def run_train(
     config: TrainConfig,
@@ -259,7 +295,7 @@ def run_train(
     from mrgrpo.train.profiling import PROFILE_FILE, StepProfiler
     from mrgrpo.train.report import write_report
     from mrgrpo.tasks.prepare import fit_prompts, model_context
-    from mrgrpo.train.trainer import MultiRewardGRPOTrainer, check_estimator_choice
+    from mrgrpo.train.trainer import MultiRewardGRPOTrainer
 
     import datasets
 
@@ -277,9 +313,9 @@ def run_train(
             return RunResult(Path(resume), resume_plan[1], "already finished", time.monotonic() - job_started,
                              resume_plan[0])
     prepared = prepare_task(config)  # bad pairings fail here, before a run directory or model exists
-    # the estimator's options against the suite's components (names, ranges), before any model loads
-    check_estimator_choice(config.estimator, config.estimator_options, prepared.suite.names,
-                           prepared.suite.reward_ranges, config.correlation_ema)
+    # the estimator bound to the suite (names, ranges, weights) and the state being resumed, once,
+    # before any model loads; the trainer receives the binding
+    binding = bind_run(config, prepared.suite, resume_plan[0] if resume_plan is not None else None)
     checkpoint: Path | None = None
     if resume is not None:
         run_dir = Path(resume)
@@ -342,9 +378,7 @@ def run_train(
         train_dataset=dataset,
         processing_class=loaded.tokenizer,
         suite=suite,
-        estimator=config.estimator,
-        estimator_options=config.estimator_options,
-        correlation_ema=config.correlation_ema,
+        binding=binding,
         diagnostics_every=config.diagnostics_every,
         share_prompt=config.share_prompt,
         callbacks=[profiler, stop, log_cb, progress, rollout_log, ModelCardCallback(run_dir, config),

@@ -38,25 +38,19 @@ import torch
 
 from mrgrpo.diagnostics import diagnose
 from mrgrpo.errors import ConfigError, InputError
-from mrgrpo.estimators import (
-    available_estimators,
-    compute_advantages,
-    compute_advantages_with_state,
-    get_estimator,
-    validate_options,
-)
+from mrgrpo.estimators import get_estimator
+from mrgrpo.estimators.binding import Binding, apply_host, bind
 from mrgrpo.estimators.groups import Groups, make_groups
 from mrgrpo.estimators.registry import (
-    COMBINES,
     as_weights,
     check_reward_values,
     compute_checked,
     fits_float32,
     reward_tensor,
-    trl_default_estimator,
 )
 from mrgrpo.rewards.base import RewardSuite
 from mrgrpo.train import trl_compat
+from mrgrpo.train.host import ESTIMATOR_STATE_FILE, check_given_binding, read_estimator_state, trl_host
 from mrgrpo.train.shared_prefix import PromptSharingMixin
 
 GRPOTrainer, _ = trl_compat.import_grpo()
@@ -129,38 +123,9 @@ def advantage_stats(advantages: np.ndarray, listed: list[float] | None = None) -
     return mean, std, float(np.abs(a).sum()) / n, low, high, zero / n
 
 
-#: File in each checkpoint directory holding estimator state carried across steps:
-#: ``{"estimator": name, "state": <the estimator's JSON state>}``.
-ESTIMATOR_STATE_FILE = "mrgrpo_estimator_state.json"
-
-
-def check_correlation_ema(estimator: str, options: dict[str, Any], decay: float | None = None) -> dict[str, Any]:
-    """``options`` with the trainer's ``correlation_ema`` decay set as the estimator's option of
-    that name (the estimators that have it smooth their correlation across steps as state)."""
-    spec = get_estimator(estimator)
-    if "correlation_ema" not in spec.options:
-        takers = [n for n in available_estimators() if "correlation_ema" in get_estimator(n).options]
-        raise ConfigError(f"correlation_ema needs estimator {' or '.join(takers)}, not {estimator!r}")
-    if decay is None:
-        return dict(options)
-    if options.get("correlation_ema", decay) != decay:
-        raise ConfigError(
-            f"correlation_ema={decay!r} contradicts estimator_options correlation_ema={options['correlation_ema']!r}: set one"
-        )
-    clash = sorted({"pooling", "correlation"} & set(options))
-    if clash:
-        raise ConfigError(f"correlation_ema sets {clash} itself (pooling='batch' with the smoothed matrix): remove them")
-    return {**options, "correlation_ema": decay}
-
-
 def resolve_estimator(args: Any, estimator: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The estimator and options implied by ``estimator``/``options`` and GRPOConfig ``args``.
-
-    GRPOConfig settings that mean the same thing become estimator choices; those that
-    contradict the chosen estimator raise :class:`ConfigError` (TRL's defaults,
-    ``scale_rewards="group"`` and ``multi_objective_aggregation="sum_then_normalize"``, mean
-    "no setting": a GRPOConfig cannot tell a default from an explicit value). All of it is read
-    from the estimators' traits (:class:`mrgrpo.estimators.Estimator`):
+    """The estimator and options implied by ``estimator``/``options`` and GRPOConfig ``args``
+    (:func:`mrgrpo.estimators.binding.apply_host`, from the estimators' registered traits):
 
     * ``estimator=None`` (a drop-in for GRPOTrainer): the estimator whose ``trl_default`` is
       the config's aggregation (``gdpo`` for ``normalize_then_sum``, else ``grpo``), so the
@@ -170,45 +135,13 @@ def resolve_estimator(args: Any, estimator: str | None, options: dict[str, Any])
       every other estimator scales its own way, so a non-default ``scale_rewards`` with one is
       rejected (TRL itself ignores it under ``normalize_then_sum``);
     * ``multi_objective_aggregation`` other than the estimator's ``combine`` is rejected.
+
+    A contradiction raises :class:`ConfigError`. The trainer binds with the same mapping
+    (:func:`mrgrpo.estimators.binding.bind`); this shows its outcome without the components.
     """
-    defaults = trl_compat.config_defaults()
-    aggregation = getattr(args, "multi_objective_aggregation", defaults["multi_objective_aggregation"])
-    scale = getattr(args, "scale_rewards", defaults["scale_rewards"])
-    scale = {True: "group", False: "none"}.get(scale, scale)  # GRPOConfig accepts booleans
-    options = dict(options)
-    if estimator is None:
-        known = aggregation in COMBINES[:2]
-        estimator = trl_default_estimator(aggregation if known else defaults["multi_objective_aggregation"])
-    spec = get_estimator(estimator)
-    if aggregation != defaults["multi_objective_aggregation"] and spec.combine != aggregation:
-        family = [n for n in available_estimators() if get_estimator(n).combine == aggregation]
-        if family:
-            first = next((n for n in family if get_estimator(n).trl_default == aggregation), family[0])
-            rest = [n for n in family if n != first]
-            fix = f"estimator={first!r}" + (f" (or {', '.join(repr(n) for n in rest)})" if rest else "")
-        else:
-            fix = "a matching estimator"
-        raise ConfigError(
-            f"GRPOConfig(multi_objective_aggregation={aggregation!r}) contradicts estimator {estimator!r}, "
-            f"which combines components its own way: use {fix} or drop the setting"
-        )
-    if scale != defaults["scale_rewards"]:
-        if spec.scale_option is not None:
-            key = spec.scale_option
-            if options.get(key, scale) != scale:
-                raise ConfigError(
-                    f"GRPOConfig(scale_rewards={scale!r}) contradicts estimator_options {key}={options[key]!r}: "
-                    "set one of them"
-                )
-            options[key] = scale
-        elif not (spec.unscaled and scale == "none"):
-            base = get_estimator(trl_default_estimator(defaults["multi_objective_aggregation"]))
-            raise ConfigError(
-                f"GRPOConfig(scale_rewards={scale!r}) has no meaning for estimator {estimator!r}, which scales "
-                f"its own way (TRL ignores it under normalize_then_sum too): drop it, or use estimator={base.name!r} "
-                f"with estimator_options={{{base.scale_option!r}: {scale!r}}}"
-            )
-    return estimator, options
+    host = trl_host(args)
+    spec = get_estimator(estimator if estimator is not None else host.default_estimator())
+    return spec.name, apply_host(spec, dict(options), host)
 
 
 def reward_func_names(reward_funcs: Any) -> list[str] | None:
@@ -226,33 +159,6 @@ def reward_func_names(reward_funcs: Any) -> list[str] | None:
         else:
             names.append(str(getattr(func, "__name__", type(func).__name__)))
     return names
-
-
-def check_estimator_choice(
-    estimator: str,
-    options: dict[str, Any],
-    names: list[str] | None,
-    ranges: list[tuple[float, float]] | None,
-    correlation_ema: float | None = None,
-) -> dict[str, Any]:
-    """The options a run trains with, checked against its components before anything is built:
-    the ``correlation_ema`` decay set, ``reward_ranges`` filled from ``ranges`` for an estimator
-    that ``needs_ranges``, every value checked (:func:`mrgrpo.validate_options`) and roles
-    resolved against ``names``. Raises :class:`ConfigError` naming the option and the fix."""
-    spec = get_estimator(estimator)
-    if correlation_ema is not None:
-        if isinstance(correlation_ema, bool) or not isinstance(correlation_ema, (int, float)) or not 0 < correlation_ema < 1:
-            raise ConfigError(f"correlation_ema must be a decay in (0, 1), got {correlation_ema!r}")
-        options = check_correlation_ema(estimator, options, correlation_ema)
-    options = dict(options)
-    if spec.needs_ranges and options.get("reward_ranges") is None:
-        if ranges is None:
-            raise ConfigError(
-                f"estimator {estimator!r} needs reward_ranges: use a RewardSuite, reward functions "
-                "with a `range` attribute, or estimator_options={'reward_ranges': [(lo, hi), ...]}"
-            )
-        options["reward_ranges"] = [tuple(r) for r in ranges]
-    return validate_options(spec, options, len(names) if names is not None else None, names)
 
 
 class MultiRewardMixin:
@@ -280,9 +186,14 @@ class MultiRewardMixin:
         correlation_ema: with an estimator that has the option of that name (``corr_grpo``,
             ``sa_corr_grpo``), smooth the batch-pooled correlation across training steps with
             this EMA decay: the same as ``estimator_options={"correlation_ema": decay}``.
+        binding: an estimator already bound to this run's components and weights
+            (:func:`mrgrpo.estimators.binding.bind`, as ``mrgrpo train`` does before the model
+            loads), instead of ``estimator``/``estimator_options``/``correlation_ema``.
 
-    Option values are checked at construction, before GRPOTrainer builds anything: a bad one
-    raises :class:`~mrgrpo.errors.ConfigError`. Options that name components (an estimator's
+    The estimator is bound to the run at construction (:func:`mrgrpo.estimators.binding.bind`:
+    option values, roles, ranges, weights it cannot use, GRPOConfig settings), before
+    GRPOTrainer builds anything: a mistake raises :class:`~mrgrpo.errors.ConfigError`; a saved
+    state that does not fit is refused when the checkpoint is loaded. Options that name components (an estimator's
     ``roles``) take the suite's component names or indices. A stateful estimator's state
     (:func:`mrgrpo.compute_advantages_with_state`) moves with every training batch (evaluation
     batches use it and leave it), is saved in every checkpoint
@@ -301,15 +212,13 @@ class MultiRewardMixin:
         diagnostics: bool = True,
         diagnostics_every: int = 1,
         correlation_ema: float | None = None,
+        binding: Binding | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(diagnostics_every, bool) or not isinstance(diagnostics_every, int) or diagnostics_every < 1:
             raise ValueError(f"diagnostics_every must be an int >= 1, got {diagnostics_every!r}")
         trl_compat.check_trainer_class(type(self))
         grpo_args = kwargs.get("args", args[2] if len(args) > 2 else None)  # (model, reward_funcs, args)
-        estimator, options = resolve_estimator(grpo_args, estimator, estimator_options or {})
-        spec = get_estimator(estimator)
-        spec.check_options(options)
         if suite is not None:
             if kwargs.get("reward_funcs") is not None:
                 raise ValueError("pass either suite= or reward_funcs=, not both")
@@ -317,24 +226,32 @@ class MultiRewardMixin:
                 raise TypeError("with suite=, pass the other GRPOTrainer arguments by keyword")
             names: list[str] | None = suite.names
             ranges: list[tuple[float, float]] | None = suite.reward_ranges
+            weights, weights_from = list(suite.weights), "the suite's weights (suite.with_weights({...}))"
+            given = getattr(grpo_args, "reward_weights", None)
+            if given is not None and [float(w) for w in given] != [float(w) for w in suite.weights]:
+                raise ConfigError(
+                    f"GRPOConfig(reward_weights={list(given)}) contradicts the suite's weights {list(suite.weights)}: "
+                    "set weights with suite.with_weights({...}) and leave reward_weights unset"
+                )
         else:
             funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
             names = reward_func_names(funcs)
             found = [getattr(f, "range", None) for f in (funcs if isinstance(funcs, (list, tuple)) else [funcs])]
             ranges = [tuple(r) for r in found] if funcs is not None and all(r is not None for r in found) else None
-        # Every option value is checked here, before GRPOTrainer builds anything (one ConfigError).
-        options = check_estimator_choice(estimator, options, names, ranges, correlation_ema)
-        self.correlation_ema = correlation_ema
-        self.estimator_state: dict[str, Any] | None = None  # a stateful estimator's, carried across steps
+            weights, weights_from = getattr(grpo_args, "reward_weights", None), "GRPOConfig(reward_weights)"
+        host = trl_host(grpo_args, weights_from)
+        # Every setting is checked here, once, before GRPOTrainer builds anything (one ConfigError).
+        if binding is None:
+            binding = bind(estimator, estimator_options, names=names, ranges=ranges, weights=weights, host=host,
+                           correlation_ema=correlation_ema)
+        else:
+            check_given_binding(binding, host, names, weights, estimator, estimator_options, correlation_ema)
+        self.binding: Binding = binding
+        self.correlation_ema = correlation_ema if correlation_ema is not None else binding.options.get("correlation_ema")
+        self.estimator_state: dict[str, Any] | None = binding.initial_state()  # carried across steps
         if suite is not None:
             kwargs["reward_funcs"] = list(suite.components)
             if grpo_args is not None:
-                given = grpo_args.reward_weights
-                if given is not None and [float(w) for w in given] != [float(w) for w in suite.weights]:
-                    raise ConfigError(
-                        f"GRPOConfig(reward_weights={list(given)}) contradicts the suite's weights {list(suite.weights)}: "
-                        "set weights with suite.with_weights({...}) and leave reward_weights unset"
-                    )
                 grpo_args.reward_weights = list(suite.weights)  # so TRL's own `reward` log agrees
         super().__init__(*args, **kwargs)
         trl_compat.check_trainer(self)
@@ -344,11 +261,11 @@ class MultiRewardMixin:
         else:
             self.reward_names = list(self.reward_func_names)
         self.reward_ranges = ranges
-        self.estimator = estimator
-        self.estimator_options = options
-        # Resolved once: every step has the same estimator, options, weights and metric names,
+        self.estimator = binding.name
+        self.estimator_options = binding.call_options()
+        # Bound once: every step has the same estimator, options, weights and metric names,
         # so a step runs only the checks that look at its data (compute_checked).
-        self._spec = spec
+        self._spec = binding.spec
         self._num_components = len(self.reward_names)
         self._weights_cache: dict[torch.device, tuple[Any, torch.Tensor, torch.Tensor, bool, np.ndarray]] = {}
         self._reward_metric_keys = [f"mrgrpo/rewards/{name}" for name in self.reward_names]
@@ -444,16 +361,9 @@ class MultiRewardMixin:
         # Called by Trainer.train when resuming: restore our state from the same checkpoint.
         super()._load_rng_state(checkpoint)
         path = Path(checkpoint) / ESTIMATOR_STATE_FILE if checkpoint else None
-        if get_estimator(self.estimator).stateful and path is not None and path.is_file():
-            record = json.loads(path.read_text())
-            saved_by = record.get("estimator", self.estimator)
-            if saved_by != self.estimator:
-                raise ConfigError(
-                    f"{path}: the estimator state was saved by {saved_by!r}, this run trains {self.estimator!r}: "
-                    "resume with the run's own estimator"
-                )
-            # ("correlation_ema": the key of checkpoints written before the state protocol)
-            self.estimator_state = record.get("state", record.get("correlation_ema"))
+        if self._spec.stateful and path is not None and path.is_file():
+            self.binding = self.binding.resume(read_estimator_state(path, self.estimator), str(path))
+            self.estimator_state = self.binding.initial_state()
 
     def _weights_for(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, bool, np.ndarray]:
         """The components' weights on ``device``, checked (:func:`as_weights`) once per device
@@ -464,7 +374,7 @@ class MultiRewardMixin:
         cached = self._weights_cache.get(device)
         if cached is None or cached[0] is not source:
             weights = as_weights(source, self._num_components, device)
-            given = as_weights(weights if self._spec.uses_weights else None, self._num_components, device)
+            given = as_weights(self.binding.weights_for_estimator(weights), self._num_components, device)
             cached = (source, weights, given, fits_float32(given), weights.cpu().numpy())
             self._weights_cache[device] = cached
         return cached[1:]

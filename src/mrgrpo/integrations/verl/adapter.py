@@ -10,9 +10,10 @@ On verl's v1 trainer the rows are agent-loop outputs (:mod:`.sessions`): the est
 row per session (its final output), grouped by ``uid``, and the result is broadcast to the
 session's other outputs.
 
-Everything estimator-specific is read from the estimators' registered traits (scale option,
-unscaled, batch normalization, ranges, roles, state), never from their names. A stateful
-estimator's state is carried across training batches in :data:`.state.STATE`.
+The estimator is bound to verl's settings once per process (:func:`.binding.bind_settings`, the one
+place of :func:`mrgrpo.estimators.binding.bind`: options, ranges, weights, roles, verl's
+conventions, all read from the estimators' registered traits, never from their names). A
+stateful estimator's state is carried across training batches in :data:`.state.STATE`.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
+from mrgrpo.estimators.binding import Binding
+from mrgrpo.integrations.verl.binding import bind_settings, resolved_components, suite_of  # noqa: F401 (re-exported)
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories
-from mrgrpo.integrations.verl.names import verl_name
 from mrgrpo.integrations.verl.state import STATE
 
 
@@ -68,94 +69,6 @@ def reward_matrix(
     return torch.from_numpy(np.stack(columns, axis=1)).to(token_level_rewards.device)
 
 
-def estimator_options(
-    estimator: str,
-    settings: MrgrpoVerlConfig,
-    norm_adv_by_std_in_grpo: bool,
-    num_components: int,
-    component_names: tuple[str, ...] | list[str] | None = None,
-) -> dict[str, Any]:
-    """The keyword options for ``mrgrpo.compute_advantages``: ``settings.options`` plus verl's
-    conventions mapped onto the estimator's traits (``eps``; ``norm_adv_by_std_in_grpo=False``
-    -> its ``scale_option`` set to ``"none"``, or agreement from an ``unscaled`` estimator; token
-    whitening -> ``batch_norm=False``; suite ranges for one that ``needs_ranges``), every value
-    checked (:func:`mrgrpo.validate_options`) and roles resolved against ``component_names``."""
-    spec = mrgrpo.get_estimator(estimator)
-    options = dict(settings.options)
-    try:
-        spec.check_options(options)
-    except ValueError as error:
-        raise ConfigError(f"algorithm.mrgrpo.options: {error}") from None
-    if "eps" in spec.options and "eps" not in options and settings.eps is not None:
-        options["eps"] = settings.eps
-    if not norm_adv_by_std_in_grpo:
-        if spec.scale_option is not None:
-            key = spec.scale_option
-            if options.setdefault(key, "none") != "none":
-                raise ConfigError(
-                    f"algorithm.norm_adv_by_std_in_grpo=false conflicts with mrgrpo option {key}={options[key]!r}"
-                )
-        elif not spec.unscaled:
-            unscaled = [verl_name(n) for n in mrgrpo.available_estimators() if mrgrpo.get_estimator(n).unscaled]
-            raise ConfigError(
-                f"algorithm.norm_adv_by_std_in_grpo=false has no meaning for mrgrpo_{estimator}; set it "
-                f"to true (use {' or '.join(unscaled) or 'an unscaled estimator'} for unscaled advantages)"
-            )
-    if settings.normalization == "token":
-        if not spec.batch_norm or "batch_norm" not in spec.options:
-            takers = [
-                n for n in mrgrpo.available_estimators()
-                if mrgrpo.get_estimator(n).batch_norm and "batch_norm" in mrgrpo.get_estimator(n).options
-            ]
-            raise ConfigError(
-                f"algorithm.mrgrpo.normalization='token' replaces a final batch normalization, which "
-                f"mrgrpo_{estimator} does not have (or cannot turn off); estimators with one: {takers}"
-            )
-        if options.get("batch_norm") is True:
-            raise ConfigError("algorithm.mrgrpo.normalization='token' conflicts with option batch_norm=true")
-        options["batch_norm"] = False
-    if spec.needs_ranges and options.get("reward_ranges") is None and settings.suite:
-        options["reward_ranges"] = [list(r) for r in suite_of(settings).reward_ranges]
-    if options.get("reward_ranges") is not None and len(options["reward_ranges"]) != num_components:
-        raise ConfigError(
-            f"reward_ranges has {len(options['reward_ranges'])} entries for {num_components} components"
-        )
-    if spec.needs_ranges and options.get("reward_ranges") is None:
-        raise ConfigError(
-            f"mrgrpo_{estimator} needs reward_ranges: one [lo, hi] per component ({num_components}): set "
-            "algorithm.mrgrpo.options.reward_ranges, or algorithm.mrgrpo.suite to take the suite's"
-        )
-    try:
-        return mrgrpo.validate_options(spec, options, num_components, list(component_names) if component_names else None)
-    except ValueError as error:
-        raise ConfigError(f"algorithm.mrgrpo.options: {error}") from None
-
-
-def suite_of(settings: MrgrpoVerlConfig):
-    from mrgrpo.rewards import get_suite  # lazy: reward suites pull in math-verify & co.
-
-    return get_suite(settings.suite, **settings.suite_options)
-
-
-def resolved_components(settings: MrgrpoVerlConfig) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
-    """Component keys and weights after the suite defaults."""
-    components, weights = settings.components, settings.weights
-    if settings.suite:
-        suite = suite_of(settings)
-        if components is None:
-            components = tuple(suite.names)
-            if weights is None:
-                weights = tuple(suite.weights)
-        elif weights is None:
-            by_name = dict(zip(suite.names, suite.weights))
-            weights = tuple(by_name.get(c, 1.0) for c in components)
-    if weights is not None and components is not None and len(weights) != len(components):
-        raise ConfigError(f"{len(weights)} weights for {len(components)} components {list(components)}")
-    if weights is not None and components is None and len(weights) != 1:
-        raise ConfigError(f"{len(weights)} weights given but no components configured (scalar score, K = 1)")
-    return components, weights
-
-
 def trajectory_matrix(
     token_level_rewards: Tensor, components: tuple[str, ...] | None, trajectories: Trajectories
 ) -> Tensor:
@@ -177,29 +90,25 @@ def trajectory_matrix(
 
 
 def rollout_values(
-    estimator: str,
+    binding: Binding,
     rewards: Tensor,
     group_ids: Any,
-    weights: tuple[float, ...] | None,
-    options: dict[str, Any],
     settings: MrgrpoVerlConfig,
     response_mask: Tensor,
 ) -> Tensor:
-    """One float64 advantage per rollout: the estimator, then ``singleton_groups`` and the
+    """One float64 advantage per rollout: the bound estimator, then ``singleton_groups`` and the
     ``normalization`` of :class:`MrgrpoVerlConfig` (token whitening is constant per row).
 
     Shapes: ``rewards (N, K)``, ``group_ids (N,)``, ``response_mask (N, response_len)``.
     """
-    if mrgrpo.get_estimator(estimator).stateful:  # the state the previous training batch left
-        values, state = mrgrpo.compute_advantages_with_state(
-            rewards, group_ids, estimator, weights, state=STATE.get(estimator), **options
-        )
-        STATE.put(estimator, state)
-    else:
-        values = mrgrpo.compute_advantages(rewards, group_ids, estimator=estimator, weights=weights, **options)
+    name = binding.name
+    # (a stateful estimator: the state the previous training batch left)
+    values, state = binding.compute(rewards, group_ids, STATE.get(name) if binding.spec.stateful else None)
+    if binding.spec.stateful:
+        STATE.put(name, state)
     values = values.to(torch.float64)
     if settings.singleton_groups == "score":
-        values = _singleton_scores(estimator, values, rewards, group_ids, weights, options)
+        values = _singleton_scores(binding, values, rewards, group_ids)
     if settings.normalization == "token":
         from verl.utils.torch_functional import masked_whiten  # verl's own, so conventions match
 
@@ -211,10 +120,9 @@ def rollout_values(
     return values
 
 
-def _singleton_scores(estimator, values, rewards, group_ids, weights, options) -> Tensor:
+def _singleton_scores(binding: Binding, values: Tensor, rewards: Tensor, group_ids: Any) -> Tensor:
     """verl's value for a group with one scored rollout: ``Σ w_k r_k / (1 + eps)`` (no ``eps``
-    term for unscaled estimators); every other row keeps the estimator's value."""
-    spec = mrgrpo.get_estimator(estimator)
+    term for an unscaled binding); every other row keeps the estimator's value."""
     scored = ~torch.isnan(rewards).all(dim=1)
     keys = group_ids.tolist() if hasattr(group_ids, "tolist") else list(group_ids)
     counts: dict[Any, int] = {}
@@ -223,11 +131,11 @@ def _singleton_scores(estimator, values, rewards, group_ids, weights, options) -
     single = torch.tensor([ok and counts[k] == 1 for k, ok in zip(keys, scored.tolist())], device=values.device)
     if not single.any():
         return values
+    weights = binding.weights
     w = torch.ones(rewards.shape[1], dtype=torch.float64) if weights is None else torch.tensor(weights, dtype=torch.float64)
     total = (torch.nan_to_num(rewards, nan=0.0) * w.to(rewards.device)).sum(dim=1)
-    unscaled = spec.unscaled or (spec.scale_option is not None and options.get(spec.scale_option) == "none")
-    if not unscaled:
-        total = total / (1.0 + float(options.get("eps", spec.options.get("eps", VERL_EPS))))
+    if not binding.unscaled:
+        total = total / (1.0 + float(binding.options.get("eps", binding.spec.options.get("eps", VERL_EPS))))
     return torch.where(single, total.to(values.dtype), values)
 
 
@@ -259,9 +167,8 @@ def token_advantages(
     if norm_adv_by_std_in_grpo is None:
         value = config.get("norm_adv_by_std_in_grpo", True) if config is not None and hasattr(config, "get") else True
         norm_adv_by_std_in_grpo = bool(value)
-    components, weights = resolved_components(settings)
-    if not mrgrpo.get_estimator(estimator).uses_weights and settings.weights is None:
-        weights = None  # (the suite's weights do not apply; configured ones go to its own check)
+    binding = bind_settings(estimator, settings, norm_adv_by_std_in_grpo)
+    components = binding.names
     group_ids = list(index) if isinstance(index, np.ndarray) and index.dtype == object else index
     mask = response_mask.detach()
     if trajectories is None:
@@ -272,16 +179,8 @@ def token_advantages(
         final_rows, rows = trajectories.sessions(group_ids)
         rewards, mask = rewards[torch.from_numpy(final_rows).to(rewards.device)], mask[torch.from_numpy(final_rows).to(mask.device)]
         group_ids = [group_ids[i] for i in final_rows.tolist()]
-    options = estimator_options(estimator, settings, norm_adv_by_std_in_grpo, rewards.shape[1], components)
-    has_batch_norm = mrgrpo.get_estimator(estimator).batch_norm and options.get("batch_norm", True) is not False
-    if settings.singleton_groups == "score" and settings.normalization == "rollout" and has_batch_norm:
-        raise ConfigError(
-            f"algorithm.mrgrpo.singleton_groups='score' with normalization='rollout' would be mixed into "
-            f"mrgrpo_{estimator}'s own batch normalization; use normalization='token' (verl's convention) "
-            "or singleton_groups='zero'"
-        )
     with torch.no_grad():
-        values = rollout_values(estimator, rewards, group_ids, weights, options, settings, mask)
+        values = rollout_values(binding, rewards, group_ids, settings, mask)
         if rows is not None:
             # as verl's grpo: a session whose final output has no response token passes on 0
             values = torch.where(mask.sum(dim=1) > 0, values, torch.zeros_like(values))

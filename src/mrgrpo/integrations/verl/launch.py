@@ -5,8 +5,9 @@ Takes exactly what ``python -m verl.trainer.main_ppo`` takes (``--config-path``,
 default). Before handing it to verl's own ``main`` it
 
 1. imports the modules named in ``algorithm.mrgrpo.import`` (a user's own estimators), then
-   checks an ``mrgrpo_*`` estimator's settings (``algorithm.mrgrpo``: keys, components, option
-   names and values, ``reward_ranges`` included), so a typo or a bad value fails now and not
+   binds an ``mrgrpo_*`` estimator to its settings (``algorithm.mrgrpo``: keys, components, option
+   names and values, ``reward_ranges``, weights it cannot use; and, when verl will resume, the
+   estimator state saved in that checkpoint), so a typo or a bad value fails now and not
    after the first rollout;
 2. checks that the trainer verl will run can see the components (``trainer.use_v1=true``, verl's
    default, needs the ``transferqueue`` package);
@@ -48,10 +49,11 @@ def prepare(config: Any) -> Any:
 
     import mrgrpo
     import mrgrpo.integrations.verl as integration
-    from mrgrpo.integrations.verl.adapter import estimator_options, resolved_components
+    from mrgrpo.integrations.verl.binding import bind_settings, check_resumed
     from mrgrpo.integrations.verl.names import mrgrpo_name
     from mrgrpo.integrations.verl.registration import import_user_modules
     from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
+    from mrgrpo.integrations.verl.state import STATE_FILE, read_record, resume_folder
 
     estimator = mrgrpo_name(OmegaConf.select(config, "algorithm.adv_estimator"))
     user_modules: tuple[str, ...] = ()
@@ -64,9 +66,12 @@ def prepare(config: Any) -> Any:
                 f"algorithm.adv_estimator=mrgrpo_{estimator} is not an mrgrpo estimator; known: {known} "
                 "(your own: register it with @mrgrpo.register_estimator in a module named in algorithm.mrgrpo.import)"
             )
-        components, _ = resolved_components(settings)
         norm = bool(OmegaConf.select(config, "algorithm.norm_adv_by_std_in_grpo", default=True))
-        estimator_options(estimator, settings, norm, len(components) if components else 1, components)
+        bind_settings(estimator, settings, norm)  # every estimator setting, checked once, here
+        folder = resume_folder(config)  # the state verl will resume with must fit, too
+        record = read_record(folder, estimator) if folder is not None else None
+        if record is not None and mrgrpo.get_estimator(estimator).stateful:
+            check_resumed(config, estimator, record.get("state"), str(Path(folder) / STATE_FILE))
     if OmegaConf.select(config, "trainer.use_v1", default=False) and not integration.install_v1():
         raise MissingExtraError(
             "verl's v1 trainer (trainer.use_v1=true)", "verl", "transferqueue",

@@ -74,17 +74,56 @@ class EstimatorState:
     def load(self, folder: str | os.PathLike[str], estimator: str | None) -> bool:
         """Restore the state saved in a checkpoint folder for ``estimator``; whether one was there.
         A state saved by another estimator raises (resume with the run's own estimator)."""
-        path = Path(folder) / STATE_FILE
-        if not path.is_file():
+        record = read_record(folder, estimator)
+        if record is None:
             return False
-        record = json.loads(path.read_text())
-        if estimator is not None and record.get("estimator") != estimator:
-            raise ConfigError(
-                f"{path}: the estimator state was saved by mrgrpo_{record.get('estimator')}, this run uses "
-                f"mrgrpo_{estimator}: resume with the run's own algorithm.adv_estimator"
-            )
         self.estimator, self.state, self.metrics = record.get("estimator"), record.get("state"), {}
         return True
+
+
+def read_record(folder: str | os.PathLike[str], estimator: str | None) -> dict[str, Any] | None:
+    """The ``{"estimator", "state"}`` record saved in a checkpoint folder (``None``: none there);
+    one saved by another estimator than ``estimator``, or unreadable, raises :class:`ConfigError`."""
+    path = Path(folder) / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: the estimator state cannot be read ({type(error).__name__})") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}: the estimator state file must hold a mapping")
+    if estimator is not None and record.get("estimator") != estimator:
+        raise ConfigError(
+            f"{path}: the estimator state was saved by mrgrpo_{record.get('estimator')}, this run uses "
+            f"mrgrpo_{estimator}: resume with the run's own algorithm.adv_estimator"
+        )
+    return record
+
+
+def resume_folder(config: Any) -> str | None:
+    """The ``global_step_<n>`` folder verl will resume from, found as verl's ``_load_checkpoint``
+    finds it from the config's ``trainer`` section (``None``: a fresh start)."""
+    trainer = _get(config, "trainer")
+    mode = _get(trainer, "resume_mode") or "auto"
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        given = _get(trainer, "resume_from_path")
+        if not given:
+            return None
+        return str(given) if os.path.isabs(str(given)) else os.path.join(os.getcwd(), str(given))
+    root = _get(trainer, "default_local_dir")
+    if root is None:
+        return None
+    root = str(root) if os.path.isabs(str(root)) else os.path.join(os.getcwd(), str(root))
+    tracker = Path(root) / "latest_checkpointed_iteration.txt"  # verl's tracker file
+    try:
+        step = int(tracker.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    folder = Path(root) / f"global_step_{step}"
+    return str(folder) if folder.is_dir() else None
 
 
 #: This process's estimator state.
@@ -115,7 +154,11 @@ def load_after(trainer: Any) -> None:
     STATE.reset()
     steps = int(getattr(trainer, "global_steps", 0) or 0)
     if estimator is not None and steps > 0:
-        STATE.load(checkpoint_folder(trainer.config.trainer, steps), estimator)
+        folder = checkpoint_folder(trainer.config.trainer, steps)
+        if STATE.load(folder, estimator):
+            from mrgrpo.integrations.verl.binding import check_resumed  # (it reads verl's settings)
+
+            check_resumed(trainer.config, estimator, STATE.state, str(Path(folder) / STATE_FILE))
 
 
 def _get(config: Any, key: str) -> Any:

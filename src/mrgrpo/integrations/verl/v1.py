@@ -30,7 +30,7 @@ from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import trainer_base
 
 from mrgrpo.errors import InputError
-from mrgrpo.integrations.verl.adapter import resolved_components
+from mrgrpo.integrations.verl.binding import resolved_components
 from mrgrpo.integrations.verl.names import mrgrpo_name, verl_name
 from mrgrpo.integrations.verl.registration import import_user_modules
 from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
