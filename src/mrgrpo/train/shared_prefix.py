@@ -18,6 +18,7 @@ of one, take ``generate``'s own left-padded path.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -113,7 +114,7 @@ def _shared_prefix(original: Any, ids: Tensor, mask: Tensor) -> tuple[Tensor, An
     def forward(ids: Tensor, mask: Tensor) -> tuple[Tensor, ...]:
         out = original(input_ids=ids, attention_mask=mask, use_cache=True)
         if not made:  # the first run's cache is the one used; a recomputation's is dropped
-            made.append(out.past_key_values)
+            made.append(getattr(out, "cache", None) or out.past_key_values)
         return (out.last_hidden_state,)
 
     if not torch.is_grad_enabled():
@@ -133,6 +134,8 @@ def _backbone_sharing_prefix(backbone: Any, original: Any) -> Any:
         if args or input_ids is None or attention_mask is None or others or input_ids.shape[0] < 2:
             return original(*args, **kwargs)
         groups = shared_row_groups(input_ids, attention_mask)
+        # transformers 5.25 renamed the backbone's past_key_values to cache (the old name warns)
+        cache_keyword = "cache" if "cache" in inspect.signature(original).parameters else "past_key_values"
         if all(len(rows) == 1 for rows, _ in groups):
             return original(*args, **kwargs)
         hidden = [None] * input_ids.shape[0]
@@ -143,7 +146,7 @@ def _backbone_sharing_prefix(backbone: Any, original: Any) -> Any:
             else:
                 prefix_states, cache = _shared_prefix(original, ids[:1, :shared], mask[:1, :shared])
                 cache.batch_repeat_interleave(len(rows))
-                rest = original(input_ids=ids[:, shared:], attention_mask=mask, past_key_values=cache, use_cache=True)
+                rest = original(input_ids=ids[:, shared:], attention_mask=mask, use_cache=True, **{cache_keyword: cache})
                 states = torch.cat([prefix_states.expand(len(rows), -1, -1), rest.last_hidden_state], dim=1)
             for row, state in zip(rows, states):
                 hidden[row] = state
