@@ -123,3 +123,24 @@ def test_the_run_records_the_registered_suite_name_not_the_suites_own(no_model, 
     prepared = prepare_task(config)
     assert prepared.suite.name == "renamed(math)" and config.rewards.suite == "renamed_for_test"
     assert build_suite(config, None).names == prepared.suite.names
+
+
+def test_the_headline_configs_build_their_task_and_scaled_suite(no_model):
+    # the CPU headline (a `mrgrpo compare` config): enough distinct questions for its splits, and
+    # the x10 brevity bonus in its suite; the GPU one (a `mrgrpo train` config, a hub model that
+    # is not here) passes `mrgrpo train --check`
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+    from mrgrpo.experiments.compare import load_compare_config
+    from mrgrpo.train.config import validate_config
+    from mrgrpo.train.job import prepare_task
+
+    train, _ = load_compare_config("configs/testbed/smollm2_brevity10.yaml")
+    config = validate_config(train)
+    prepared = prepare_task(config)
+    assert config.rewards.suite == "scaled" and len(prepared.dataset) == config.task.size
+    assert dict(zip(prepared.suite.names, prepared.suite.reward_ranges))["length"] == (0.0, 10.0)
+    result = CliRunner().invoke(app, ["train", "-c", "configs/gpu_brevity10.yaml", "--check"])
+    assert result.exit_code == 0, result.output
+    assert load_config("configs/gpu_brevity10.yaml").rewards.options["scales"] == {"length": 10}
