@@ -116,7 +116,7 @@ def test_run_diagnostics_summarizes_the_logged_steps(tmp_path):
     def step(i, sat, distinct):
         return {"step": i, "names": ["correct", "format"],
                 "components": {"correct": {"saturation": sat}, "format": {"saturation": 1 - sat}},
-                "variance_share": {"correct": 0.25, "format": 0.75},
+                "variance_share": {"correct": 0.25, "format": 0.75}, "zero_variance_fraction": 1.0 if i >= 8 else 0.5,
                 "advantage_collapse": {"distinct_reward_profiles": 4.0, "distinct_advantages": {"grpo": distinct}}}
 
     run = tmp_path / "runs" / "grpo" / "seed0"
@@ -126,6 +126,7 @@ def test_run_diagnostics_summarizes_the_logged_steps(tmp_path):
     assert d["steps"] == 10 and d["distinct_profiles"] == 4.0 and d["distinct_advantages"] == 2.5
     assert d["saturation_first"]["correct"] == pytest.approx(0.05)  # steps 0, 1
     assert d["saturation_last"]["format"] == pytest.approx(1 - 0.85)  # steps 8, 9
+    assert d["constant_groups_first"] == 0.5 and d["constant_groups_last"] == 1.0
     assert compare.compare_diagnostics(tmp_path, ["grpo"], [0], window=2)["grpo"]["variance_share"]["format"] == 0.75
     # one step with a near-constant total (shares of ±1e6) does not decide the summary: the median over steps
     lines = [step(i, 0.5, 2.0) for i in range(5)]

@@ -277,7 +277,10 @@ def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
     * ``variance_share``: each component's share of Var(weighted total), *median* over steps:
       a group whose total is constant in exact arithmetic but not in the logged float32 values
       (``close`` and ``low`` can trade exactly) has a Var(total) of ~1e-15 and shares of ±1e6 in
-      :func:`mrgrpo.diagnose`, which would decide a mean over steps by itself.
+      :func:`mrgrpo.diagnose`, which would decide a mean over steps by itself;
+    * ``constant_groups_first`` / ``constant_groups_last``: the fraction of groups whose weighted
+      total is constant (no advantage, no gradient), averaged over the first and the last
+      ``window`` steps (``None`` for logs that do not carry it).
     """
     lines = [json.loads(x) for x in (Path(run_dir) / "diagnostics.jsonl").read_text().splitlines() if x.strip()]
     if not lines:
@@ -300,4 +303,6 @@ def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
         "saturation_first": {n: mean([line["components"][n]["saturation"] for line in lines[:window]]) for n in names},
         "saturation_last": {n: mean([line["components"][n]["saturation"] for line in lines[-window:]]) for n in names},
         "variance_share": {n: median([(line.get("variance_share") or {}).get(n) for line in lines]) for n in names},
+        "constant_groups_first": mean([line.get("zero_variance_fraction") for line in lines[:window]]),
+        "constant_groups_last": mean([line.get("zero_variance_fraction") for line in lines[-window:]]),
     }
