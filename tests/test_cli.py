@@ -332,3 +332,35 @@ def test_the_one_error_path(monkeypatch, capsys):
     monkeypatch.setenv("MRGRPO_DEBUG", "1")
     with pytest.raises(ConfigError), reporting_user_errors():
         raise ConfigError("MRGRPO_DEBUG=1 shows the traceback")
+
+
+def test_the_command_line_starts_without_torch():
+    # `mrgrpo --help`, every command's --help and `import mrgrpo` import neither the estimators
+    # nor torch (seconds of every command's startup); the first estimator call loads them.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import mrgrpo, mrgrpo.cli\n"
+        "from mrgrpo.cli import main\n"
+        "for args in (['--help'], ['train', '--help'], ['advantages', '--help'], ['configs', 'list']):\n"
+        "    sys.argv = ['mrgrpo', *args]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code in (0, None), (args, exit.code)\n"
+        "    loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'mrgrpo.estimators', 'mrgrpo.diagnostics')))\n"
+        "    assert not loaded, (args, loaded[:5])\n"
+        "assert 'diagnose' in dir(mrgrpo) and 'torch' not in sys.modules\n"
+        "a = mrgrpo.compute_advantages([[1.0], [0.0]], [0, 0]).tolist()\n"
+        "assert a[0] > 0.7 and a[1] < -0.7, a\n"
+        "from mrgrpo import diagnose\n"
+        "assert 'torch' in sys.modules and callable(diagnose) and mrgrpo.diagnose is diagnose\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        mrgrpo.nope  # noqa: B018

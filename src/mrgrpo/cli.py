@@ -24,7 +24,6 @@ from typer.core import TyperGroup
 import mrgrpo
 from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.errors import InputError, UnknownNameError, UserError
-from mrgrpo.estimators.binding import Host, bind
 from mrgrpo.examples import EXAMPLES
 from mrgrpo.keyvalue import parse_options
 
@@ -88,8 +87,15 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
     return parse_options(items, what="--option", example="eps=1e-5")
 
 
-#: The command line as the estimators' host: no trainer settings, its own words in messages.
-CLI_HOST = Host(weights_from="--weights", ranges_fix="give --ranges lo:hi per component")
+def _cli_host() -> Any:
+    """The command line as the estimators' host: no trainer settings, its own words in messages.
+
+    Built on use: the binding module imports the estimators, hence torch, which ``mrgrpo --help``
+    and the commands that compute nothing do not need.
+    """
+    from mrgrpo.estimators.binding import Host
+
+    return Host(weights_from="--weights", ranges_fix="give --ranges lo:hi per component")
 
 
 def _estimator_names(text: str) -> list[str]:
@@ -203,6 +209,8 @@ def advantages(
     reward_ranges = _parse_ranges(ranges)
     options = _parse_options(option)
     batch = _read_batch(file, group_field, components, allow_missing)
+    from mrgrpo.estimators.binding import bind
+
     columns: dict[str, list[float]] = {}
     skipped, unset = [], []
     try:
@@ -215,7 +223,7 @@ def advantages(
             if estimator.strip() == "all" and spec.needs_ranges and reward_ranges is None and "reward_ranges" not in chosen:
                 skipped.append(name)
                 continue
-            binding = bind(spec, chosen, names=batch.names, ranges=reward_ranges, weights=w, host=CLI_HOST)
+            binding = bind(spec, chosen, names=batch.names, ranges=reward_ranges, weights=w, host=_cli_host())
             columns[name] = binding.advantages(batch.rewards, batch.group_ids).tolist()
     except ValueError as error:
         if isinstance(error, UserError):
