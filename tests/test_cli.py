@@ -50,7 +50,7 @@ def test_advantages_on_jsonl_writes_output(tmp_path):
 def test_advantages_all_with_ranges_includes_sa_mrpo(tmp_path):
     src = tmp_path / "batch.jsonl"
     write_batch(src)
-    result = runner.invoke(app, ["advantages", str(src), "--ranges", "0:1,0:1", "-o", "gamma=1"])
+    result = runner.invoke(app, ["advantages", str(src), "--ranges", "0:1,0:1", "--option", "gamma=1"])
     assert result.exit_code == 0, result.output
     assert "sa_mrpo" in result.output
 
@@ -71,7 +71,7 @@ def test_bad_jsonl_and_options_are_clear_errors(tmp_path):
     result = runner.invoke(app, ["advantages", str(src)])
     assert result.exit_code == 2 and "group_id" in result.output
     write_batch(src)
-    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "gamma=1"])
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "gamma=1"])
     assert result.exit_code == 2 and "gamma" in result.output
     result = runner.invoke(app, ["advantages", str(src), "-e", "sa_mrpo"])
     assert result.exit_code == 2 and "--ranges" in result.output
@@ -102,7 +102,7 @@ def one_error_line(result) -> str:
 def test_option_values_are_yaml_numbers(tmp_path):
     src = tmp_path / "batch.jsonl"
     write_batch(src)
-    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=1e-5", "--out", str(tmp_path / "o.jsonl")])
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "eps=1e-5", "--out", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 0, result.output
     import mrgrpo
     from mrgrpo.rollouts import read_reward_jsonl
@@ -111,7 +111,7 @@ def test_option_values_are_yaml_numbers(tmp_path):
     expected = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, "grpo", eps=1e-5).tolist()
     got = [json.loads(line)["advantage_grpo"] for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert got == expected
-    assert "eps must be a finite number" in one_error_line(runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=-1e-5"]))
+    assert "eps must be a finite number" in one_error_line(runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "eps=-1e-5"]))
 
 
 def test_all_estimators_without_ranges_says_which_were_skipped(tmp_path):
@@ -189,14 +189,14 @@ def test_diagnose_runs_the_estimators_with_the_options_given(tmp_path, monkeypat
     calls = []
     real = mrgrpo.diagnose
     monkeypatch.setattr(mrgrpo, "diagnose", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
-    result = runner.invoke(app, ["diagnose", str(src), "-e", "corr_grpo,grpo", "-o", "shrinkage=0.5", "--json"])
+    result = runner.invoke(app, ["diagnose", str(src), "-e", "corr_grpo,grpo", "--option", "shrinkage=0.5", "--json"])
     assert result.exit_code == 0, result.output
     assert calls[-1]["estimators"] == ["corr_grpo", "grpo"]
     assert calls[-1]["estimator_options"] == {"corr_grpo": {"shrinkage": 0.5}, "grpo": {}}
     assert set(json.loads(result.stdout)["advantage_collapse"]["distinct_advantages"]) == {"corr_grpo", "grpo"}
     runner.invoke(app, ["diagnose", str(src), "--json"])
     assert calls[-1]["estimators"] is None  # default: every estimator that needs no options
-    assert "belong to none" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "-o", "gamma=1"]))
+    assert "belong to none" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "--option", "gamma=1"]))
     assert "--ranges" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "sa_mrpo"]))
 
 
@@ -216,10 +216,10 @@ def _hide(monkeypatch, *modules):
 
 
 BAD_VALUES = {
-    "advantages -o": (["advantages", "{batch}", "-e", "grpo", "-o", "eps=-1e-5"], "eps must be a finite number"),
-    "advantages -o not YAML": (["advantages", "{batch}", "-e", "grpo", "-o", "eps=[1"], "--option value '[1' is not valid YAML"),
-    "advantages -o no =": (["advantages", "{batch}", "-e", "grpo", "-o", "eps"], "--option 'eps': expected key=value"),
-    "diagnose -o": (["diagnose", "{batch}", "-e", "grpo", "-o", "scale=grup"], "scale must be one of"),
+    "advantages --option": (["advantages", "{batch}", "-e", "grpo", "--option", "eps=-1e-5"], "eps must be a finite number"),
+    "advantages --option not YAML": (["advantages", "{batch}", "-e", "grpo", "--option", "eps=[1"], "--option value '[1' is not valid YAML"),
+    "advantages --option no =": (["advantages", "{batch}", "-e", "grpo", "--option", "eps"], "--option 'eps': expected key=value"),
+    "diagnose --option": (["diagnose", "{batch}", "-e", "grpo", "--option", "scale=grup"], "scale must be one of"),
     "train --set": (["train", "--set", "estimator_options.eps=-1", "-e", "grpo", "--check"], "eps must be a finite number"),
     "train --set not YAML": (["train", "--set", "trainer.learning_rate=[1e-5", "--check"], "--set value '[1e-5' is not valid YAML"),
     "train --set empty key part": (["train", "--set", "trainer..learning_rate=1", "--check"], "empty key part"),
@@ -364,3 +364,52 @@ def test_the_command_line_starts_without_torch():
     assert result.stdout.strip().endswith("ok")
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mrgrpo.nope  # noqa: B018
+
+
+#: The short flags of every command, each with the long name(s) it stands for (``-e`` is the estimator
+#: list, ``--estimator`` or ``--estimators``; ``-n`` is the command's count: eval's samples, compare's seeds).
+SHORT_FLAGS = {
+    "-c": {"--config"}, "-e": {"--estimator", "--estimators"}, "-s": {"--set"}, "-o": {"--out"},
+    "-m": {"--model"}, "-t": {"--task"}, "-j": {"--jobs"}, "-n": {"--samples", "--seeds"},
+}
+
+
+def test_each_short_flag_means_one_thing_in_every_command():
+    import typer
+
+    def commands(group, path=()):
+        for name, command in group.commands.items():
+            yield (*path, name), command
+            if hasattr(command, "commands"):
+                yield from commands(command, (*path, name))
+
+    seen = {}
+    for path, command in commands(typer.main.get_command(app)):
+        for param in command.params:
+            longs = {o for o in param.opts if o.startswith("--")}
+            for short in (o for o in param.opts if len(o) == 2 and o[0] == "-"):
+                if getattr(param, "hidden", False):
+                    assert not longs, (path, param.opts)  # a refusing stand-in has no long name
+                    continue
+                seen.setdefault(short, set()).update(longs)
+                assert longs <= SHORT_FLAGS.get(short, set()), (" ".join(path), short, longs)
+    assert set(seen) == set(SHORT_FLAGS) and seen["-o"] == {"--out"}
+
+
+def test_the_old_short_option_flag_is_refused_in_one_line_naming_option(tmp_path, monkeypatch):
+    # -o was --option in advantages/diagnose and --out elsewhere; now it is --out, and the old
+    # spelling fails naming the new flag instead of being read as a file name.
+    src = tmp_path / "b.jsonl"
+    write_batch(src)
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=1e-5"]))
+    assert "--option key=value" in line and "-o is short for --out" in line
+    assert not (tmp_path / "eps=1e-5").exists()
+    line = one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "-o", "shrinkage=auto"]))
+    assert "diagnose has no -o" in line and "--option shrinkage=auto" in line
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "eps=1e-5", "-o", "out.jsonl"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all("advantage_grpo" in row for row in rows)
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--out", str(tmp_path / "eps=1")])
+    assert result.exit_code == 0 and (tmp_path / "eps=1").is_file(), result.output  # a path: its directory given

@@ -82,8 +82,39 @@ def _parse_ranges(text: str | None) -> list[tuple[float, float]] | None:
     return None
 
 
+#: Short flags mean one thing in every command: ``-c`` ``--config``, ``-e`` the estimator(s), ``-s``
+#: ``--set``, ``-o`` ``--out``, ``-m`` ``--model``, ``-t`` ``--task``, ``-j`` ``--jobs``, ``-n`` the
+#: command's count. ``--option`` has no short form: ``-o`` meant it here before it meant ``--out``.
+_OPTION_NOT_O = "estimator options are --option key=value (-o is short for --out)"
+
+
+def _looks_like_an_option(text: str) -> bool:
+    """``eps=1e-5``: a bare ``key=value``, what ``-o`` used to take here (a path has no ``=`` before a ``/``)."""
+    key, sep, _ = text.partition("=")
+    return bool(sep) and key.isidentifier()
+
+
+def _out_path(value: Optional[str]) -> Optional[Path]:
+    """``--out``/``-o`` of ``advantages``: refuses ``-o key=value``, the old spelling of ``--option``."""
+    if value is None:
+        return None
+    if _looks_like_an_option(value):
+        raise UserError(
+            f"--out {value!r} looks like an estimator option: {_OPTION_NOT_O}; "
+            f"to write a file of that name, give its directory (--out {Path.cwd() / value})"
+        )
+    return Path(value)
+
+
+def _refuse_short_o(value: list[str]) -> list[str]:
+    """``diagnose -o ...``: refused in one line (``-o`` was ``--option`` here; it writes no file)."""
+    if value:
+        raise UserError(f"diagnose has no -o (it writes no file): {_OPTION_NOT_O}, e.g. --option {value[0]}")
+    return value
+
+
 def _parse_options(items: list[str]) -> dict[str, Any]:
-    """``-o key=value`` items, read by :func:`mrgrpo.keyvalue.parse_options` (``eps=1e-5`` is a float)."""
+    """``--option key=value`` items, read by :func:`mrgrpo.keyvalue.parse_options` (``eps=1e-5`` is a float)."""
     return parse_options(items, what="--option", example="eps=1e-5")
 
 
@@ -192,13 +223,16 @@ def advantages(
     estimator: str = typer.Option("all", "--estimator", "-e", help="estimator name(s), comma-separated, or 'all'"),
     weights: Optional[str] = typer.Option(None, help="component weights, comma-separated"),
     ranges: Optional[str] = typer.Option(None, help="component ranges lo:hi, comma-separated (sa_mrpo)"),
-    option: list[str] = typer.Option([], "--option", "-o", help="estimator option key=value, e.g. eps=1e-5 (repeatable)"),
+    option: list[str] = typer.Option([], "--option", help="estimator option key=value, e.g. eps=1e-5 (repeatable)"),
     group_field: str = typer.Option("group_id", help="field holding the group id"),
     components: Optional[str] = typer.Option(None, help=_COMPONENTS_HELP),
     allow_missing: bool = typer.Option(False, "--allow-missing", help=_ALLOW_MISSING_HELP),
-    out: Optional[Path] = typer.Option(None, help="write the rollouts with advantages to this JSONL"),
+    out_text: Optional[str] = typer.Option(
+        None, "--out", "-o", metavar="PATH", help="write the rollouts with advantages to this JSONL",
+    ),
 ) -> None:
     """Compute advantages for a worked example or a JSONL batch, side by side, as a table."""
+    out = _out_path(out_text)
     if example is not None:
         _show_example(example)
         return
@@ -239,7 +273,7 @@ def advantages(
         )
     if unset:
         notes.print(
-            escape(f"skipped {', '.join(unset)}: they need options with no default (see mrgrpo estimators; -o key=value)"),
+            escape(f"skipped {', '.join(unset)}: they need options with no default (see mrgrpo estimators; --option key=value)"),
             soft_wrap=True,
         )
     if not columns:
@@ -329,10 +363,11 @@ def diagnose(
         help="estimator(s) whose advantage collapse is reported, comma-separated, or 'all'",
     ),
     option: list[str] = typer.Option(
-        [], "--option", "-o",
+        [], "--option",
         help="option key=value the estimators are run with, as in training, e.g. shrinkage=auto (repeatable)",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the raw JSON instead of tables"),
+    _short_o: list[str] = typer.Option([], "-o", hidden=True, callback=_refuse_short_o),
 ) -> None:
     """Diagnostics of a reward batch: correlations, variance shares, scales, saturation, collapse."""
     batch = _read_batch(file, group_field, components, allow_missing)
