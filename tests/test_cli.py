@@ -413,3 +413,49 @@ def test_the_old_short_option_flag_is_refused_in_one_line_naming_option(tmp_path
     assert len(rows) == 4 and all("advantage_grpo" in row for row in rows)
     result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--out", str(tmp_path / "eps=1")])
     assert result.exit_code == 0 and (tmp_path / "eps=1").is_file(), result.output  # a path: its directory given
+
+
+def test_an_example_runs_the_estimators_named_with_their_settings_beside_the_papers_columns():
+    import torch
+
+    from mrgrpo.examples import EXAMPLES
+
+    ex = EXAMPLES["corrgrpo-fig2"]
+    rewards, group = torch.tensor(ex.rewards, dtype=torch.float64), [0] * len(ex.rewards)
+    result = runner.invoke(app, ["advantages", "--example", "corrgrpo-fig2", "-e", "grpo", "--weights", "1,1,0.1", "--option", "eps=0"])
+    assert result.exit_code == 0, result.output
+    expected = mrgrpo.compute_advantages(rewards, group, "grpo", weights=[1, 1, 0.1], eps=0.0).tolist()
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[-2].strip() for row in rows] == [f"{v:.4f}" for v in expected]  # the last column: grpo
+    assert "-1.8607" in result.output and "0.4307" in result.output  # the paper's columns stay
+    assert "grpo (-e): eps=0 weights=1,1,0.1" in result.output and "with --weights 1,1,0.1: scale:" in result.output
+    # ranges default to the example's own; --ranges replaces them; options reach only their takers
+    result = runner.invoke(app, ["advantages", "--example", "sa-mrpo-sign-flip", "-e", "sa_mrpo,gdpo", "--option", "gamma=2"])
+    assert result.exit_code == 0, result.output
+    ex = EXAMPLES["sa-mrpo-sign-flip"]
+    rewards, group = torch.tensor(ex.rewards, dtype=torch.float64), [0] * len(ex.rewards)
+    expected = mrgrpo.compute_advantages(rewards, group, "sa_mrpo", gamma=2.0, reward_ranges=[(0, 1), (0, 1)]).tolist()
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[-3].strip() for row in rows] == [f"{v:.4f}" for v in expected]
+    assert "option gamma=2 applies to sa_mrpo only" in result.stderr
+    result = runner.invoke(app, ["advantages", "--example", "sa-mrpo-sign-flip", "-e", "sa_mrpo", "--ranges", "0:2,0:2"])
+    expected = mrgrpo.compute_advantages(rewards, group, "sa_mrpo", reward_ranges=[(0, 2), (0, 2)]).tolist()
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[-2].strip() for row in rows] == [f"{v:.4f}" for v in expected]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--weights", "1,1,1"], "--weights apply to the estimators named with -e"),
+    (["--option", "eps=0", "--ranges", "0:1,0:1,0:10"], "--ranges, --option apply to the estimators named with -e"),
+    (["-e", "grpo", "--weights", "1,1"], "2 weights for 3 reward components"),
+    (["-e", "grpo", "--option", "gamma=1"], "belong to none of the estimators ['grpo']"),
+    (["-e", "sa_mrpo"], "give --ranges lo:hi per component"),
+    (["-o", "x.jsonl"], "--out (for a JSONL batch) mean(s) nothing there"),
+    (["{batch}"], "FILE (for a JSONL batch) mean(s) nothing there"),
+    (["--allow-missing", "--components", "r1"], "--components, --allow-missing (for a JSONL batch)"),
+])
+def test_an_example_refuses_settings_it_would_ignore_in_one_line(args, expected, tmp_path):
+    batch = tmp_path / "b.jsonl"
+    write_batch(batch)
+    args = [str(batch) if a == "{batch}" else a for a in args]
+    assert expected in one_error_line(runner.invoke(app, ["advantages", "--example", "corrgrpo-fig2", *args]))
