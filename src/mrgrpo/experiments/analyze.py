@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from mrgrpo.errors import MissingExtraError
+from mrgrpo.extras import require
 from mrgrpo.rollouts import ROLLOUTS_FILE
 
 
@@ -42,16 +43,16 @@ def _run_suite_info(run_dir: Path) -> tuple[list[str] | None, list[float] | None
         return data["names"], data["weights"], [tuple(r) for r in data["ranges"]]
     if (run_dir / "config.yaml").is_file():
         # Rebuilding the suite from the run's config needs the training stack (a rollouts file,
-        # or a run directory with result.json, does not).
+        # or a run directory with result.json, does not): checked here, not left to an import.
+        feature = f"mrgrpo analyze of {run_dir} (no result.json: the suite is rebuilt from config.yaml)"
+        require("trl", feature)
         try:
             from mrgrpo.experiments import testbed  # noqa: F401  (registers the testbed suite)
             from mrgrpo.train.job import build_suite, load_run_config
             from mrgrpo.train.presets import load_tokenizer
         except ImportError as error:  # a missing package, or MissingExtraError from the trainer
             missing = getattr(error, "missing", None) or (error.name or "trl").split(".")[0]
-            raise MissingExtraError(
-                f"mrgrpo analyze of {run_dir} (no result.json: the suite is rebuilt from config.yaml)", "trl", missing
-            ) from None
+            raise MissingExtraError(feature, "trl", missing) from None
         try:
             config = load_run_config(run_dir)
             suite = build_suite(config, load_tokenizer(config.model))
