@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from mrgrpo.errors import MissingExtraError
+from mrgrpo.errors import ConfigError, InputError, MissingExtraError
 from mrgrpo.extras import require
 from mrgrpo.rollouts import ROLLOUTS_FILE
 
@@ -284,11 +284,11 @@ def run_analyze(
     if source.is_dir():
         run_dir, path = source, source / ROLLOUTS_FILE
         if not path.is_file():
-            raise ValueError(f"{source}: no {ROLLOUTS_FILE} in this run directory")
+            raise InputError(f"{source}: no {ROLLOUTS_FILE} in this run directory")
     elif source.is_file():
         run_dir, path = source.parent, source
     else:
-        raise ValueError(f"{source}: no such file or directory")
+        raise InputError(f"{source}: no such file or directory")
     names, run_weights, run_ranges = _run_suite_info(run_dir)
     names, batches = read_rollouts(path, names)
     if weights is not None:
@@ -297,7 +297,7 @@ def run_analyze(
         run_ranges = [tuple(float(v) for v in item.split(":")) for item in ranges.split(",")]
     for given, what in ((run_weights, "weights"), (run_ranges, "ranges")):
         if given is not None and len(given) != len(names):
-            raise ValueError(f"{len(given)} {what} for {len(names)} components ({', '.join(names)})")
+            raise ConfigError(f"{len(given)} {what} for {len(names)} components ({', '.join(names)})")
     chosen = mrgrpo.available_estimators() if estimators == "all" else [e.strip() for e in estimators.split(",") if e.strip()]
     report = analyze_batches(names, batches, chosen, run_weights, run_ranges)
     if weights is not None:

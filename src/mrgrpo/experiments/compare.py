@@ -270,7 +270,7 @@ def run_compare(
     for label in estimators:
         estimator_spec(label)
     if len(set(estimators)) != len(estimators) or not estimators:
-        raise ValueError("--estimators: give distinct names")
+        raise ConfigError("--estimators: give distinct names")
     out = Path(out)
     train, experiment = load_compare_config(config_path, overrides)
     from mrgrpo.train.config import validate_config

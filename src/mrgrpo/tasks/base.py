@@ -200,7 +200,7 @@ class Task:
         """The rows of ``split`` (``train`` | ``eval``): chat messages, or plain text when ``chat`` is false."""
         spec = TaskSpec.of(spec)
         if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}")
         if not self.trainable and split == "train":
             raise ConfigError(f"task {self.name!r} is evaluation-only: use `mrgrpo eval --task {self.name}`")
         self.check_spec(spec)
