@@ -265,6 +265,9 @@ MISSING_EXTRAS = {  # advantages, diagnose, estimators and tasks need no extra
     "train --check of the shipped agentdojo config without agents": (
         ["agentdojo"], ["train", "-c", "agentdojo", "--check"], "task agentdojo needs the 'agents' extra",
     ),
+    "train of the shipped agentdojo config without agents": (
+        ["agentdojo"], ["train", "-c", "agentdojo", "--out", "{tmp}/r"], "task agentdojo needs the 'agents' extra",
+    ),
     "compare without trl": (["trl"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[trl]'"),
     "compare without plots": (["matplotlib"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[plots]'"),
 }
