@@ -391,7 +391,7 @@ def test_the_command_line_starts_without_torch():
 #: list, ``--estimator`` or ``--estimators``; ``-n`` is the command's count: eval's samples, compare's seeds).
 SHORT_FLAGS = {
     "-c": {"--config"}, "-e": {"--estimator", "--estimators"}, "-s": {"--set"}, "-o": {"--out"},
-    "-m": {"--model"}, "-t": {"--task"}, "-j": {"--jobs"}, "-n": {"--samples", "--seeds"},
+    "-m": {"--model"}, "-t": {"--task"}, "-j": {"--jobs"}, "-n": {"--samples", "--seeds"}, "-k": {"--components"},
 }
 
 

@@ -83,8 +83,8 @@ def _parse_ranges(text: str | None) -> list[tuple[float, float]] | None:
 
 
 #: Short flags mean one thing in every command: ``-c`` ``--config``, ``-e`` the estimator(s), ``-s``
-#: ``--set``, ``-o`` ``--out``, ``-m`` ``--model``, ``-t`` ``--task``, ``-j`` ``--jobs``, ``-n`` the
-#: command's count. ``--option`` has no short form: ``-o`` meant it here before it meant ``--out``.
+#: ``--set``, ``-o`` ``--out``, ``-m`` ``--model``, ``-t`` ``--task``, ``-j`` ``--jobs``, ``-k``
+#: ``--components``, ``-n`` the command's count. ``--option`` has no short form: ``-o`` meant it here before it meant ``--out``.
 _OPTION_NOT_O = "estimator options are --option key=value (-o is short for --out)"
 
 

@@ -117,3 +117,37 @@ def test_every_estimator_is_bound_to_the_suite_before_the_first_run(tmp_path):
         run_compare(CONFIG, ["grpo", "ddca(correctness=correct;length=close)"], [0], out,
                     overrides=[*FAST, "rewards.weights.format=0.5"], log=lambda *_: None)
     assert not out.exists()
+
+
+def test_figure_is_redrawn_from_the_committed_results(compared, tmp_path):
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+    from mrgrpo.experiments.compare import draw_figure, load_records
+
+    out, _ = compared
+    records, estimators = load_records(out)
+    assert estimators == ["grpo", "gdpo"] and sorted((r["estimator"], r["seed"]) for r in records) == [
+        ("gdpo", 0), ("gdpo", 1), ("grpo", 0), ("grpo", 1)]
+    assert draw_figure(out, tmp_path / "two.png", ["low", "correct"]).stat().st_size > 0
+    with pytest.raises(ValueError, match=r"unknown \['speed'\]"):
+        draw_figure(out, tmp_path / "bad.png", ["speed"])
+    result = CliRunner().invoke(app, ["figure", str(out), "--out", str(tmp_path / "cli.png"), "-k", "correct,low"])
+    assert result.exit_code == 0 and (tmp_path / "cli.png").stat().st_size > 0, result.output
+    result = CliRunner().invoke(app, ["figure", str(tmp_path), "--out", str(tmp_path / "none.png")])
+    assert result.exit_code == 2 and "summary.json: not found" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_first_seed_and_start_reach_the_comparison(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+    from mrgrpo.experiments import compare
+
+    calls = {}
+    monkeypatch.setattr(compare, "run_compare", lambda config, names, seeds, out, **kw: calls.setdefault("seeds", seeds))
+    monkeypatch.setattr(compare, "evaluate_start", lambda config, out, seeds, overrides=None: calls.setdefault("start", seeds))
+    args = ["compare", "-c", str(CONFIG), "-e", "grpo", "-n", "3", "--first-seed", "100", "--start", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert calls == {"seeds": [100, 101, 102], "start": [100, 101, 102]}

@@ -134,7 +134,7 @@ def test_run_diagnostics_summarizes_the_logged_steps(tmp_path):
     assert testbed.run_diagnostics(run)["variance_share"] == {"correct": 0.25, "format": 0.75}
 
 
-@pytest.mark.parametrize("name, scaled", [("smollm2_length10", "length"), ("smollm2_format10", "format")])
+@pytest.mark.parametrize("name, scaled", [("smollm2_length10", "length"), ("smollm2_format10", "format"), ("smollm2_brevity10", "length")])
 def test_smollm2_configs_raise_one_component_of_the_demo_suite(name, scaled):
     from mrgrpo.experiments.compare import load_compare_config
 

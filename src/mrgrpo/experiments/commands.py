@@ -1,4 +1,4 @@
-"""The ``mrgrpo compare`` and ``mrgrpo analyze`` commands; :func:`register` adds them to the CLI app."""
+"""The ``mrgrpo compare``, ``mrgrpo figure`` and ``mrgrpo analyze`` commands; :func:`register` adds them to the CLI app."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ def _fail(error: BaseException) -> None:
 def compare_command(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="train config YAML (+ optional `experiment` section)")] = None,
     estimators: Annotated[str, typer.Option("--estimators", "-e", help="comma-separated names; options in parentheses, ';'-separated: corr_grpo(shrinkage=auto;pooling=batch)")] = "grpo,gdpo,sa_mrpo,corr_grpo",
-    seeds: Annotated[int, typer.Option("--seeds", "-n", min=1, help="number of seeds (0..N-1)")] = 5,
+    seeds: Annotated[int, typer.Option("--seeds", "-n", min=1, help="number of seeds (first..first+N-1)")] = 5,
+    first_seed: Annotated[int, typer.Option("--first-seed", min=0, help="the first seed (pilots on seeds kept apart from a final table's, e.g. 100)")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output directory (default runs/compare-<config name>)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="runs in parallel (one CPU thread each when > 1)")] = 1,
     set_: Annotated[Optional[list[str]], typer.Option("--set", "-s", help="override a config key (repeatable)")] = None,
+    start: Annotated[bool, typer.Option("--start", help="also evaluate the policy before RL, on the same seeds and evaluation settings (OUT/start.json: eval minus start per seed is what RL added)")] = False,
 ) -> None:
     """Train every estimator × seed (paired) and write compare.md with 95% intervals, curves and Pareto plots.
     Rerun the same command to resume: finished runs are not rerun."""
@@ -35,7 +37,13 @@ def compare_command(
     out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
         names = parse_estimators(estimators)
-        run_compare(config, names, list(range(seeds)), out, jobs=jobs, overrides=list(set_ or []), log=typer.echo)
+        seed_list = list(range(first_seed, first_seed + seeds))
+        if start:  # before the runs: compare.md reads start.json when it writes the report
+            from mrgrpo.experiments.compare import evaluate_start
+
+            if not (out / "start.json").is_file():
+                evaluate_start(config, out, seed_list, overrides=list(set_ or []))
+        run_compare(config, names, seed_list, out, jobs=jobs, overrides=list(set_ or []), log=typer.echo)
     except (UserError, ValueError) as error:
         _fail(error)
 
@@ -62,7 +70,25 @@ def analyze_command(
     typer.echo(f"wrote {report}")
 
 
+def figure_command(
+    source: Annotated[Path, typer.Argument(help="the --out directory of a finished `mrgrpo compare`")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG to write")],
+    components: Annotated[Optional[str], typer.Option("--components", "-k", help="comma-separated component names, in panel order (default: all)")] = None,
+) -> None:
+    """Redraw a comparison's training curves (mean over seeds, 95% band) from its committed
+    result.json files: the README's headline figure is made this way."""
+    require("plots", "mrgrpo figure")
+    from mrgrpo.experiments.compare import draw_figure
+
+    try:
+        path = draw_figure(source, out, [c.strip() for c in components.split(",")] if components else None)
+    except (UserError, ValueError, FileNotFoundError) as error:
+        _fail(error)
+    typer.echo(f"wrote {path}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``compare`` and ``analyze`` to ``app``."""
+    """Add ``compare``, ``figure`` and ``analyze`` to ``app``."""
     app.command("compare")(command(compare_command))
+    app.command("figure")(command(figure_command))
     app.command("analyze")(command(analyze_command))

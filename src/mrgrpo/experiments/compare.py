@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from mrgrpo.errors import ConfigError
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
 from mrgrpo.keyvalue import parse_call, split_top_level
 from mrgrpo.train.config import StrictConfig
@@ -322,6 +322,39 @@ def run_compare(
     (out / "compare.md").write_text(render_markdown(summary, figures))
     log(f"wrote {out / 'compare.md'}")
     return summary
+
+
+def load_records(out: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """``(records, estimators)`` of a finished ``mrgrpo compare --out OUT``: every run's
+    ``result.json`` (the committed data a figure is redrawn from) in the comparison's estimator
+    order (``summary.json``)."""
+    out = Path(out)
+    summary_path = out / "summary.json"
+    if not summary_path.is_file():
+        raise FileNotFoundError(f"{summary_path}: not found; point at the --out directory of a finished `mrgrpo compare`")
+    summary = json.loads(summary_path.read_text())
+    records = []
+    for estimator in summary["estimators"]:
+        for seed in summary["seeds"]:
+            path = run_dir_of(out, estimator, seed) / RESULT_FILE
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: not found; rerun `mrgrpo compare` on {out} to finish the comparison")
+            records.append(json.loads(path.read_text()))
+    return records, list(summary["estimators"])
+
+
+def draw_figure(out: str | Path, path: str | Path, components: list[str] | None = None) -> Path:
+    """Redraw the training curves of ``mrgrpo compare --out OUT`` from its committed results:
+    ``components`` (default all) per estimator, mean over seeds with a 95% band; written to ``path``."""
+    from mrgrpo.experiments.plots import plot_curves
+
+    records, estimators = load_records(out)
+    seeds = sorted({r["seed"] for r in records})
+    title = f"{Path(out).name}: training reward (÷ range), mean ± 95% CI over {len(seeds)} seeds"
+    drawn = plot_curves(Path(path), records, estimators, components=components, title=title)
+    if drawn is None:
+        raise InputError(f"{out}: no runs to draw")
+    return drawn
 
 
 #: Environment settings that change CPU float results (recorded with a comparison).

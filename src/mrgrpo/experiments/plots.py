@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.experiments.stats import mean_ci
 from mrgrpo.plotting import pyplot, saved_figure
 from mrgrpo.records import moving_average
@@ -14,16 +15,23 @@ from mrgrpo.records import moving_average
 PURPOSE = "experiment plots"  # what the missing-extra message names
 
 
-def plot_curves(path: Path, records: list[dict[str, Any]], estimators: list[str]) -> Path | None:
-    """One panel per component (normalized by its range): mean over seeds of the moving-average
-    training curve, with a 95% band across seeds."""
+def plot_curves(path: Path, records: list[dict[str, Any]], estimators: list[str],
+                components: list[str] | None = None, title: str | None = None) -> Path | None:
+    """One panel per component (normalized by its range; ``components``: which, in order; default
+    all): mean over seeds of the moving-average training curve, with a 95% band across seeds.
+    ``title`` replaces the default heading (which says the window and the band)."""
     if not records:
         return None
     names, ranges = records[0]["names"], records[0]["ranges"]
+    unknown = sorted(set(components or []) - set(names))
+    if unknown:
+        raise ConfigError(f"components: unknown {unknown}; the runs have {names}")
+    panels = [(name, rng) for name, rng in zip(names, ranges) if name in (components or names)]
+    panels.sort(key=lambda panel: (components or names).index(panel[0]))
     steps = max(len(r["curves"][names[0]]) for r in records)
     window = max(1, steps // 10)
-    with saved_figure(path, PURPOSE, dpi=110, ncols=len(names), figsize=(3.6 * len(names), 3.2), squeeze=False) as (fig, axes):
-        for ax, name, (lo, hi) in zip(axes[0], names, ranges):
+    with saved_figure(path, PURPOSE, dpi=110, ncols=len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False) as (fig, axes):
+        for ax, (name, (lo, hi)) in zip(axes[0], panels):
             span = hi - lo if hi > lo else 1.0
             for est in estimators:
                 runs = [moving_average([None if v is None else (v - lo) / span for v in r["curves"][name]], window)
@@ -40,7 +48,7 @@ def plot_curves(path: Path, records: list[dict[str, Any]], estimators: list[str]
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
-        fig.suptitle(f"training curves: moving average ({window} steps), mean ± 95% CI over seeds", fontsize=10)
+        fig.suptitle(title or f"training curves: moving average ({window} steps), mean ± 95% CI over seeds", fontsize=10)
     return path
 
 

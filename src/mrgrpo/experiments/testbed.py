@@ -32,6 +32,7 @@ from typing import Any
 
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
+from mrgrpo.rewards.scaled import scaled_suite  # noqa: F401  (the scale experiments' suite; importable here as before)
 
 COMPONENTS = ("correct", "format", "close", "low")
 _INT = re.compile(r"-?\d+")
@@ -260,39 +261,6 @@ def _check_roundtrip(tokenizer: Any, directory: Path, text: str) -> None:
     reloaded = load_tokenizer(str(directory))
     if reloaded(text, add_special_tokens=False)["input_ids"] != tokenizer(text, add_special_tokens=False)["input_ids"]:
         raise RuntimeError(f"warm start {directory}: the saved tokenizer reloads with other token ids")
-
-
-# --------------------------------------------------------------------------------------------
-# Any suite with one component rescaled (the scale experiment on a real task)
-
-
-@register_suite("scaled")
-def scaled_suite(base: str, scales: Mapping[str, float], tokenizer: Any = None, **options: Any) -> RewardSuite:
-    """Suite ``base`` (built with ``options``) with components multiplied by ``scales``, values
-    and declared ranges alike (e.g. ``{base: math, scales: {length: 10}}``); weights unchanged.
-    The estimators that normalize each objective (GDPO, SA-MRPO, CorrGRPO with
-    ``numerator="standardized"``) are blind to such a rescaling; GRPO's weighted total is not."""
-    from mrgrpo.rewards.base import get_suite, suite_info
-
-    if suite_info(base, where="scaled: base").takes_tokenizer:  # an unknown name: UnknownNameError
-        options["tokenizer"] = tokenizer
-    inner = get_suite(base, **options)
-    unknown = sorted(set(scales) - set(inner.names))
-    if unknown:
-        raise ConfigError(f"scales: unknown component(s) {unknown}; suite {base!r} has {inner.names}")
-    components = []
-    for component in inner.components:
-        factor = float(scales.get(component.name, 1.0))
-        if not factor > 0:
-            raise ConfigError(f"scales.{component.name} must be > 0, got {factor}")
-
-        def fn(prompts: list, completions: list, _c: RewardComponent = component, _f: float = factor, **columns: Any) -> list[float | None]:
-            return [None if v is None else _f * v for v in _c(prompts, completions, **columns)]
-
-        lo, hi = component.range
-        components.append(RewardComponent(component.name, (factor * lo, factor * hi), fn))
-    # named as registered: the train job records a suite's name as the run's `rewards.suite`
-    return RewardSuite("scaled", tuple(components), tuple(inner.weights))
 
 
 # --------------------------------------------------------------------------------------------

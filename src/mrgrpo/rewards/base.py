@@ -260,7 +260,7 @@ def _import_builtin_suites() -> None:
     # Suites register themselves on import; import lazily so `mrgrpo.rewards` stays light.
     import importlib
 
-    for module in ("code", "math", "tool_call", "agent"):
+    for module in ("code", "math", "tool_call", "agent", "scaled"):
         try:
             importlib.import_module(f"mrgrpo.rewards.{module}")
         except ModuleNotFoundError as error:
