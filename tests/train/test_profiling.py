@@ -89,3 +89,25 @@ def test_the_trainer_peak_is_its_own_not_the_parents_it_was_started_from():
     peak_mb = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     del ballast
     assert 0 < peak_mb < 900  # importing transformers alone takes ~350 MB
+
+
+def test_tree_rss_walks_the_tree_with_the_childrens_walk(monkeypatch):
+    # one process-tree walk (mrgrpo.train.children.descendants): without descendants, the sum is the process alone
+    import os
+
+    import mrgrpo.train.children as children
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and child.pid not in children.descendants():
+            time.sleep(0.05)
+        with_child = tree_rss_bytes()
+        monkeypatch.setattr(children, "descendants", lambda pid=None: {})
+        alone = tree_rss_bytes()
+        with open(f"/proc/{os.getpid()}/statm") as handle:
+            own = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        assert abs(alone - own) < 20 * 2**20 and with_child > alone + 2 * 2**20  # the child's interpreter counted
+    finally:
+        child.kill()
+        child.wait()

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.rewards.agentdojo_runtime import (
     DEFAULT_ATTACK,
     DEFAULT_VERSION,
@@ -87,7 +88,7 @@ def agent_instruction(schemas: Sequence[Mapping[str, Any]], tools_in_prompt: str
     elif tools_in_prompt == "none":
         listing = None
     else:
-        raise ValueError(f"tools_in_prompt must be full, compact or none, got {tools_in_prompt!r}")
+        raise ConfigError(f"tools_in_prompt must be full, compact or none, got {tools_in_prompt!r}")
     head = "You are an assistant that completes the user's task by calling tools."
     tools = f"\nYou can call these tools:\n<tools>\n{listing}\n</tools>" if listing is not None else ""
     return (
@@ -111,7 +112,7 @@ def split_user_tasks(
 ) -> dict[str, list[str]]:
     """``{"train": [...], "test": [...]}`` user task ids of a suite (seeded; disjoint)."""
     if not 0.0 <= test_fraction <= 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
+        raise ConfigError(f"test_fraction must be in [0, 1], got {test_fraction}")
     ids = in_task_order(task_suite(suite, version).user_tasks)
     random.Random(f"{seed}:{suite}").shuffle(ids)
     n_test = round(test_fraction * len(ids))

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mrgrpo.errors import ConfigError
+
 INSTRUCTION = "{prompt}\n\nReply with the complete Python function in a single ```python code block."
 
 
@@ -85,10 +87,10 @@ def templates_of(families: Sequence[str] | None) -> tuple[Template, ...]:
     if families is None:
         return TEMPLATES
     if isinstance(families, str) or not all(isinstance(f, str) for f in families) or not families:
-        raise ValueError(f"families must be a non-empty list of names from {list(FAMILIES)}, got {families!r}")
+        raise ConfigError(f"families must be a non-empty list of names from {list(FAMILIES)}, got {families!r}")
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
-        raise ValueError(f"unknown families {unknown}; known: {list(FAMILIES)}")
+        raise ConfigError(f"unknown families {unknown}; known: {list(FAMILIES)}")
     chosen = set(families)
     return tuple(t for t in TEMPLATES if t.family in chosen)
 

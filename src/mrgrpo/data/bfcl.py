@@ -29,6 +29,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.rewards.tool_call import instruction
 from mrgrpo.records import read_jsonl
 
@@ -101,7 +102,7 @@ def bfcl_records(
     for category in (ALIASES.get(c, c) for c in categories):
         if category not in CATEGORIES:
             why = UNSUPPORTED.get(category)
-            raise ValueError(
+            raise ConfigError(
                 f"BFCL category {category!r} is not supported" + (f" ({why})" if why else "")
                 + f"; supported: {', '.join(CATEGORIES)} (simple = simple_python)"
             )
@@ -111,7 +112,7 @@ def bfcl_records(
         for item in questions[:limit]:
             turns = item["question"]
             if len(turns) != 1:
-                raise ValueError(f"{item['id']}: multi-turn items are not supported")
+                raise InputError(f"{item['id']}: multi-turn items are not supported")
             messages = [dict(m) for m in turns[0]]
             system = instruction(item["function"], think)
             if messages and messages[0].get("role") == "system":  # live_* items may carry their own system line

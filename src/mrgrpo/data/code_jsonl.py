@@ -22,6 +22,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mrgrpo.errors import ConfigError, InputError
+
 FORMATS = ("humaneval", "assert", "stdio")
 FIELDS = ("prompt", "test", "test_format", "entry_point", "reference", "code_prefix", "task_id")
 INSTRUCTION = "{prompt}\n\nReply with the complete Python solution in a single ```python code block."
@@ -32,7 +34,7 @@ def _stdio_cases(test: Any, line: str) -> list[dict[str, Any]]:
     if isinstance(cases, Mapping) and {"inputs", "outputs"} <= set(cases):
         cases = [{"input": i, "output": o} for i, o in zip(cases["inputs"], cases["outputs"])]
     if not isinstance(cases, list) or not all(isinstance(c, Mapping) and {"input", "output"} <= set(c) for c in cases):
-        raise ValueError(f"{line}: stdio tests must be a list of {{'input', 'output'}}")
+        raise InputError(f"{line}: stdio tests must be a list of {{'input', 'output'}}")
     return [dict(c) for c in cases]
 
 
@@ -41,17 +43,17 @@ def _row(item: Mapping[str, Any], line: int, test_format: str | None = None, ins
     where = f"{unit} {line}"
     missing = [k for k in ("prompt", "test") if item.get(k) in (None, "", [])]
     if missing:
-        raise ValueError(f"{where}: missing {missing}")
+        raise InputError(f"{where}: missing {missing}")
     fmt = item.get("test_format") or test_format or "assert"
     if fmt not in FORMATS:
-        raise ValueError(f"{where}: test_format {fmt!r} is not one of {FORMATS}")
+        raise InputError(f"{where}: test_format {fmt!r} is not one of {FORMATS}")
     test = item["test"]
     if fmt == "stdio":
         test = json.dumps(_stdio_cases(test, where))
     elif isinstance(test, list):
         test = "\n".join(test)
     if fmt == "humaneval" and not item.get("entry_point"):
-        raise ValueError(f"{where}: humaneval-style tests need an entry_point")
+        raise InputError(f"{where}: humaneval-style tests need an entry_point")
     prompt = item["prompt"]
     if isinstance(prompt, str) and instruction:
         prompt = [{"role": "user", "content": instruction.format(prompt=prompt)}]
@@ -73,11 +75,11 @@ def code_records(
     instruction: str | None = None,
 ) -> list[dict[str, Any]]:
     """Validated rows from ``items`` (``columns`` maps our field names to theirs; raises
-    ``ValueError`` naming the bad row, 1-based)."""
+    :class:`~mrgrpo.errors.InputError` naming the bad row, 1-based)."""
     columns = dict(columns or {})
     unknown = sorted(set(columns) - set(FIELDS))
     if unknown:
-        raise ValueError(f"columns: {unknown} are not code fields; fields: {', '.join(FIELDS)}")
+        raise ConfigError(f"columns: {unknown} are not code fields; fields: {', '.join(FIELDS)}")
     rows = []
     for number, item in enumerate(items, 1):
         mapped = {field: item.get(columns.get(field, field)) for field in FIELDS}
@@ -86,7 +88,7 @@ def code_records(
 
 
 def code_jsonl_records(path: str) -> list[dict[str, Any]]:
-    """Validated rows of a JSONL file (raises ``ValueError`` naming the bad line)."""
+    """Validated rows of a JSONL file (raises :class:`~mrgrpo.errors.InputError` naming the bad line)."""
     rows = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):

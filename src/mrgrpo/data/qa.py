@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datasets import Dataset, load_dataset
 
 from mrgrpo.data.math_prompt import Example, math_prompt
+from mrgrpo.errors import InputError
 from mrgrpo.rewards.math import format_answer
 
 _LOCAL_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -82,7 +83,7 @@ def load_qa(
     rows = source if isinstance(source, Dataset) else read_source(source, split, name)
     missing = [f for f in (question_field, answer_field) if f not in rows.column_names]
     if missing:
-        raise ValueError(f"dataset has no column(s) {missing}; it has {rows.column_names}")
+        raise InputError(f"dataset has no column(s) {missing}; it has {rows.column_names}")
     label = source if isinstance(source, str) else "dataset"
     n_shots = few_shot if isinstance(few_shot, int) else 0
     if isinstance(few_shot, int):

@@ -60,7 +60,7 @@ def worked_reply(entry: Mapping[str, Any], answer_format: str = "answer_tag", th
 def distinct_items(task: str, config: Mapping[str, Any], seed: int, count: int, skip: set[str] = frozenset()):
     """The first ``count`` items of a task with distinct questions (and none in ``skip``).
 
-    Returns ``(dataset, [(index, entry), ...])``. Raises ``ValueError`` when the task's
+    Returns ``(dataset, [(index, entry), ...])``. Raises :class:`~mrgrpo.errors.ConfigError` when the task's
     configuration cannot yield that many distinct questions within ``SCAN_FACTOR * count`` items.
     """
     reasoning_gym = import_extra("reasoning_gym", "math", "reasoning-gym tasks")
@@ -83,7 +83,7 @@ def distinct_items(task: str, config: Mapping[str, Any], seed: int, count: int, 
         seen.add(entry["question"])
         items.append((index, entry))
     if len(items) < count:
-        raise ValueError(
+        raise ConfigError(
             f"reasoning-gym task {task!r} with config {dict(config)} gave only {len(items)} distinct "
             f"questions in {scan} items (needed {count}); ask for fewer items or widen the config"
         )
@@ -119,7 +119,7 @@ def load_reasoning_gym(
     explicit = [] if isinstance(few_shot, int) else list(few_shot)
     n_shots = few_shot if isinstance(few_shot, int) else 0
     if min(n_train, n_test, n_shots) < 0:
-        raise ValueError("n_train, n_test and few_shot must be >= 0")
+        raise ConfigError("n_train, n_test and few_shot must be >= 0")
     splits: dict[str, list[dict[str, str]]] = {"train": [], "test": []}
     for task, config in tasks.items():
         skip = {question for question, _ in explicit}

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.estimators.corr_grpo import ema_correlation_step
 from mrgrpo.estimators.groups import make_groups
 from mrgrpo.estimators.registry import as_reward_matrix, as_weights, compute_advantages_with_state
@@ -32,7 +33,7 @@ def update_correlation_state(
     group-centered, weighted components pooled over the batch), returned bias-corrected as
     ``M_t / (1 − decay^t)`` so early steps are not shrunk toward 0 (as in Adam)."""
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
-        raise ValueError(f"decay must be in [0, 1), got {decay!r}")
+        raise ConfigError(f"decay must be in [0, 1), got {decay!r}")
     values, _ = as_reward_matrix(rewards)
     groups = make_groups(group_ids, values.shape[0], device=values.device)
     w = as_weights(weights, values.shape[1], values.device)
@@ -52,5 +53,5 @@ def corr_grpo_ema(
     correlation, and the new state: ``estimator`` with option ``correlation_ema=decay``.
     Pure: the same inputs give the same outputs."""
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
-        raise ValueError(f"decay must be in [0, 1), got {decay!r}")
+        raise ConfigError(f"decay must be in [0, 1), got {decay!r}")
     return compute_advantages_with_state(rewards, group_ids, estimator, weights, state=state, correlation_ema=decay, **options)

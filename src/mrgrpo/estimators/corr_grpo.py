@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.estimators._checks import check_choice, check_decay, check_eps
 from mrgrpo.estimators.groups import GroupMoments, Groups, group_moments
 from mrgrpo.estimators.registry import register_estimator
@@ -100,18 +101,18 @@ def check_corr_options(
     if shrinkage != "auto" and (
         isinstance(shrinkage, bool) or not isinstance(shrinkage, (int, float)) or not 0 <= shrinkage <= 1
     ):
-        raise ValueError(f"{name}: shrinkage must be a number in [0, 1] or 'auto', got {shrinkage!r}")
+        raise ConfigError(f"{name}: shrinkage must be a number in [0, 1] or 'auto', got {shrinkage!r}")
     if min_corr_sum is not None and (
         isinstance(min_corr_sum, bool) or not isinstance(min_corr_sum, (int, float)) or not 0 <= min_corr_sum < float("inf")
     ):
-        raise ValueError(f"{name}: min_corr_sum must be None or a finite number >= 0, got {min_corr_sum!r}")
+        raise ConfigError(f"{name}: min_corr_sum must be None or a finite number >= 0, got {min_corr_sum!r}")
     if correlation is None:
         return None
     matrix = torch.as_tensor(correlation, dtype=torch.float64)
     if matrix.shape != (k, k) or not bool(torch.isfinite(matrix).all()):
-        raise ValueError(f"{name}: correlation must be a finite [K, K] = [{k}, {k}] matrix, got shape {tuple(matrix.shape)}")
+        raise ConfigError(f"{name}: correlation must be a finite [K, K] = [{k}, {k}] matrix, got shape {tuple(matrix.shape)}")
     if pooling != "batch":
-        raise ValueError(f"{name}: a given correlation matrix replaces the batch estimate: set pooling='batch'")
+        raise ConfigError(f"{name}: a given correlation matrix replaces the batch estimate: set pooling='batch'")
     return matrix
 
 
@@ -220,7 +221,7 @@ def ema_correlation_step(
     """
     decay = check_decay(decay, "correlation_ema", "corr_grpo")
     if decay is None:
-        raise ValueError("corr_grpo: correlation_ema needs a decay in [0, 1)")
+        raise ConfigError("corr_grpo: correlation_ema needs a decay in [0, 1)")
     units = groups.unrows(batch_units(group_moments(rewards, groups)))
     rho = pooled_correlation(units * torch.sign(weights).to(units.dtype)).double().cpu()
     k = rewards.shape[1]
@@ -228,13 +229,13 @@ def ema_correlation_step(
         steps, raw = 0, torch.zeros(k, k, dtype=torch.float64)
     else:
         if state.get("decay", decay) != decay:
-            raise ValueError(f"state was built with decay={state['decay']}, not {decay}: keep decay fixed over a run")
+            raise ConfigError(f"state was built with decay={state['decay']}, not {decay}: keep decay fixed over a run")
         try:
             steps, raw = int(state["steps"]), torch.tensor(state["raw"], dtype=torch.float64)
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"corr_grpo: not a correlation_ema state (keys raw, correlation, steps, decay): {sorted(state)}") from None
+            raise ConfigError(f"corr_grpo: not a correlation_ema state (keys raw, correlation, steps, decay): {sorted(state)}") from None
         if raw.shape != (k, k):
-            raise ValueError(f"state is for {raw.shape[0] if raw.dim() else 0} components, the rewards have {k}")
+            raise ConfigError(f"state is for {raw.shape[0] if raw.dim() else 0} components, the rewards have {k}")
     raw = decay * raw + (1 - decay) * rho
     steps += 1
     corrected = raw / (1 - decay**steps)
@@ -259,7 +260,7 @@ def check_given_corr_options(options: dict[str, Any], num_components: int | None
     if check_decay(options.get("correlation_ema"), "correlation_ema", name) is not None:
         clash = sorted({"pooling", "correlation"} & set(options))
         if clash:
-            raise ValueError(
+            raise ConfigError(
                 f"correlation_ema sets {clash} itself (pooling='batch' with the smoothed matrix): remove them"
             )
 
@@ -370,7 +371,7 @@ def smoothed(
     smoothed matrix under batch pooling; without, the options as given (and no state)."""
     if decay is None:
         if state is not None:
-            raise ValueError(f"{name}: a correlation state was given but correlation_ema is not set: set it, or drop the state")
+            raise ConfigError(f"{name}: a correlation state was given but correlation_ema is not set: set it, or drop the state")
         return None, pooling, correlation
     new_state = ema_correlation_step(state, rewards, groups, weights, decay)
     return new_state, "batch", new_state["correlation"]

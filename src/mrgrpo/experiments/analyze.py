@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from mrgrpo.errors import MissingExtraError
+from mrgrpo.errors import ConfigError, InputError, MissingExtraError
+from mrgrpo.extras import require
 from mrgrpo.rollouts import ROLLOUTS_FILE
 
 
@@ -42,16 +43,16 @@ def _run_suite_info(run_dir: Path) -> tuple[list[str] | None, list[float] | None
         return data["names"], data["weights"], [tuple(r) for r in data["ranges"]]
     if (run_dir / "config.yaml").is_file():
         # Rebuilding the suite from the run's config needs the training stack (a rollouts file,
-        # or a run directory with result.json, does not).
+        # or a run directory with result.json, does not): checked here, not left to an import.
+        feature = f"mrgrpo analyze of {run_dir} (no result.json: the suite is rebuilt from config.yaml)"
+        require("trl", feature)
         try:
             from mrgrpo.experiments import testbed  # noqa: F401  (registers the testbed suite)
             from mrgrpo.train.job import build_suite, load_run_config
             from mrgrpo.train.presets import load_tokenizer
         except ImportError as error:  # a missing package, or MissingExtraError from the trainer
             missing = getattr(error, "missing", None) or (error.name or "trl").split(".")[0]
-            raise MissingExtraError(
-                f"mrgrpo analyze of {run_dir} (no result.json: the suite is rebuilt from config.yaml)", "trl", missing
-            ) from None
+            raise MissingExtraError(feature, "trl", missing) from None
         try:
             config = load_run_config(run_dir)
             suite = build_suite(config, load_tokenizer(config.model))
@@ -283,11 +284,11 @@ def run_analyze(
     if source.is_dir():
         run_dir, path = source, source / ROLLOUTS_FILE
         if not path.is_file():
-            raise ValueError(f"{source}: no {ROLLOUTS_FILE} in this run directory")
+            raise InputError(f"{source}: no {ROLLOUTS_FILE} in this run directory")
     elif source.is_file():
         run_dir, path = source.parent, source
     else:
-        raise ValueError(f"{source}: no such file or directory")
+        raise InputError(f"{source}: no such file or directory")
     names, run_weights, run_ranges = _run_suite_info(run_dir)
     names, batches = read_rollouts(path, names)
     if weights is not None:
@@ -296,7 +297,7 @@ def run_analyze(
         run_ranges = [tuple(float(v) for v in item.split(":")) for item in ranges.split(",")]
     for given, what in ((run_weights, "weights"), (run_ranges, "ranges")):
         if given is not None and len(given) != len(names):
-            raise ValueError(f"{len(given)} {what} for {len(names)} components ({', '.join(names)})")
+            raise ConfigError(f"{len(given)} {what} for {len(names)} components ({', '.join(names)})")
     chosen = mrgrpo.available_estimators() if estimators == "all" else [e.strip() for e in estimators.split(",") if e.strip()]
     report = analyze_batches(names, batches, chosen, run_weights, run_ranges)
     if weights is not None:

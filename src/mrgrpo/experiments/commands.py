@@ -72,7 +72,7 @@ def analyze_command(
 
 def figure_command(
     source: Annotated[Path, typer.Argument(help="the --out directory of a finished `mrgrpo compare`")],
-    out: Annotated[Path, typer.Option("--out", help="PNG to write")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG to write")],
     components: Annotated[Optional[str], typer.Option("--components", "-k", help="comma-separated component names, in panel order (default: all)")] = None,
 ) -> None:
     """Redraw a comparison's training curves (mean over seeds, 95% band) from its committed

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from mrgrpo.errors import ConfigError
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
 from mrgrpo.keyvalue import parse_call, split_top_level
 from mrgrpo.train.config import StrictConfig
@@ -270,7 +270,7 @@ def run_compare(
     for label in estimators:
         estimator_spec(label)
     if len(set(estimators)) != len(estimators) or not estimators:
-        raise ValueError("--estimators: give distinct names")
+        raise ConfigError("--estimators: give distinct names")
     out = Path(out)
     train, experiment = load_compare_config(config_path, overrides)
     from mrgrpo.train.config import validate_config
@@ -353,7 +353,7 @@ def draw_figure(out: str | Path, path: str | Path, components: list[str] | None 
     title = f"{Path(out).name}: training reward (÷ range), mean ± 95% CI over {len(seeds)} seeds"
     drawn = plot_curves(Path(path), records, estimators, components=components, title=title)
     if drawn is None:
-        raise ValueError(f"{out}: no runs to draw")
+        raise InputError(f"{out}: no runs to draw")
     return drawn
 
 

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.experiments.stats import mean_ci
 from mrgrpo.plotting import pyplot, saved_figure
 from mrgrpo.records import moving_average
@@ -24,7 +25,7 @@ def plot_curves(path: Path, records: list[dict[str, Any]], estimators: list[str]
     names, ranges = records[0]["names"], records[0]["ranges"]
     unknown = sorted(set(components or []) - set(names))
     if unknown:
-        raise ValueError(f"components: unknown {unknown}; the runs have {names}")
+        raise ConfigError(f"components: unknown {unknown}; the runs have {names}")
     panels = [(name, rng) for name, rng in zip(names, ranges) if name in (components or names)]
     panels.sort(key=lambda panel: (components or names).index(panel[0]))
     steps = max(len(r["curves"][names[0]]) for r in records)

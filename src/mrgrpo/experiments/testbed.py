@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.scaled import scaled_suite  # noqa: F401  (the scale experiments' suite; importable here as before)
 
@@ -108,14 +109,14 @@ def testbed_suite(scales: Mapping[str, float] | None = None, extra: list[str] | 
     scales = dict(scales or {})
     unknown = sorted(set(scales) - set(COMPONENTS))
     if unknown:
-        raise ValueError(f"scales: unknown component(s) {unknown}; the testbed has {list(COMPONENTS)}")
+        raise ConfigError(f"scales: unknown component(s) {unknown}; the testbed has {list(COMPONENTS)}")
     for name, value in scales.items():
         if not value > 0:
-            raise ValueError(f"scales.{name} must be > 0, got {value}")
+            raise ConfigError(f"scales.{name} must be > 0, got {value}")
     extra = list(extra or [])
     bad = sorted(set(extra) - set(EXTRA))
     if bad or len(set(extra)) != len(extra):
-        raise ValueError(f"extra: {bad or extra} is not a list of distinct optional components; choose from {sorted(EXTRA)}")
+        raise ConfigError(f"extra: {bad or extra} is not a list of distinct optional components; choose from {sorted(EXTRA)}")
     components = [_component(name, float(scales.get(name, 1.0))) for name in COMPONENTS] + [_extra(n) for n in extra]
     return RewardSuite("testbed", components)
 
@@ -177,7 +178,7 @@ def warm_start(
     if (out_dir / "config.json").is_file():
         return out_dir
     if not 0.0 <= answer_noise <= 1.0:
-        raise ValueError(f"answer_noise must be in [0, 1], got {answer_noise}")
+        raise ConfigError(f"answer_noise must be in [0, 1], got {answer_noise}")
     tokenizer = reloadable_tokenizer(out_dir.with_name(out_dir.name + ".tok"))
     model = build_model(tokenizer, seed=seed)
     splits = ["train", "eval"] if include_eval else ["train"]
@@ -284,7 +285,7 @@ def run_diagnostics(run_dir: str | Path, window: int = 5) -> dict[str, Any]:
     """
     lines = [json.loads(x) for x in (Path(run_dir) / "diagnostics.jsonl").read_text().splitlines() if x.strip()]
     if not lines:
-        raise ValueError(f"{run_dir}: diagnostics.jsonl is empty")
+        raise InputError(f"{run_dir}: diagnostics.jsonl is empty")
     names = lines[0]["names"]
 
     def mean(values: list[Any]) -> float | None:

@@ -174,6 +174,7 @@ class AgentDojoTask(Task):
     prompt_rule = "compact"
     few_shot = True
     split = "by user task: per suite a seeded shuffle, first test_fraction of user tasks = test (worked examples: neither)"
+    extras = ("agents",)
 
     def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
         import datasets

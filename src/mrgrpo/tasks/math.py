@@ -49,6 +49,7 @@ class ReasoningGymTask(Task):
     eval_metric = "correctness"
     eval_max_new_tokens = 128
     split = "items in order, repeats skipped: few_shot examples, then eval_size test, then size train"
+    extras = ("math",)
 
     def resolve_options(self, options: dict[str, Any]) -> dict[str, Any]:
         dataset = options.get("dataset", "chain_sum")

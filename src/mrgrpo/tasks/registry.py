@@ -25,9 +25,9 @@ _ORDER = ("math", "qa", "humaneval", "code", "bfcl", "agentdojo", "asb")  # how 
 def register_task(task: Task) -> Task:
     """Register ``task`` under ``task.name`` (a different task under a taken name is an error)."""
     if not task.name:
-        raise ValueError("a task needs a name")
+        raise ConfigError("a task needs a name")
     if task.name in _TASKS and type(_TASKS[task.name]) is not type(task):
-        raise ValueError(f"a task named {task.name!r} is already registered")
+        raise ConfigError(f"a task named {task.name!r} is already registered")
     _TASKS[task.name] = task
     return task
 

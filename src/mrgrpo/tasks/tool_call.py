@@ -59,6 +59,8 @@ class BFCLTask(Task):
     eval_metric = "all_exact"
     eval_max_new_tokens = 256
     split = "per category a seeded shuffle of item ids; first test_fraction = test, few_shot examples: the shortest train items"
+    extras = ("tools",)
+    packages = ("bfcl_eval",)
 
     def suite_defaults(self, options: dict[str, Any]) -> dict[str, Any]:
         return {"think": bool(options["think"])}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.rewards.agent import CALL_CLOSING, CALL_OPENING, final_output
 from mrgrpo.tasks.episodes import Episode, Renderer, episode_for
 from mrgrpo.train import trl_compat
@@ -65,7 +66,7 @@ class AgentRollout:
         stop_after_call: bool = False,
     ) -> None:
         if tool_choice not in ("auto", "required"):
-            raise ValueError(f"tool_choice must be auto or required, got {tool_choice!r}")
+            raise ConfigError(f"tool_choice must be auto or required, got {tool_choice!r}")
         self.opening = CALL_OPENING if tool_choice == "required" else ""
         self.episode_factory = episode_factory or episode_for  # (row, max_turns, max_tool_chars) -> Episode
         self.max_turns = max_turns
@@ -88,7 +89,7 @@ class AgentRollout:
                 episode.messages = [{"role": "user", "content": prompt}]
             if self.opening:
                 if not hasattr(episode, "pending_opening"):
-                    raise ValueError(f"tool_choice required: the episodes of {type(episode).__name__} take no opening")
+                    raise ConfigError(f"tool_choice required: the episodes of {type(episode).__name__} take no opening")
                 episode.opening = self.opening
             text = (renderer.prompt(episode.messages) if chat else prompt) + getattr(episode, "pending_opening", "")
             states.append(_TokenEpisode(episode, tokenizer(text, add_special_tokens=False)["input_ids"]))

@@ -26,40 +26,60 @@ from collections.abc import Iterator
 log = logging.getLogger("mrgrpo.train")
 
 
-def _descendants() -> dict[int, float]:
-    """``{pid: start time}`` of this process's descendants (``psutil`` when present, else ``/proc``)."""
-    try:
+def descendants(pid: int | None = None) -> dict[int, float]:
+    """``{pid: start time}`` of the descendants of process ``pid`` (default: this one), ``{}`` when it
+    does not run. The one process-tree walk of mrgrpo (:func:`reaped_children`, and the memory
+    sampler of :mod:`mrgrpo.train.profiling` every half second): on Linux it follows
+    ``/proc/<pid>/task/<tid>/children`` down the tree, so its cost grows with the job's tree, not
+    with every process of the machine (start times in clock ticks); elsewhere ``psutil`` (seconds).
+    Compare start times only with those of the same walk."""
+    root = os.getpid() if pid is None else pid
+    if os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
+        return _proc_descendants(root)
+    try:  # pragma: no cover - Linux has /proc
         import psutil
-
-        out = {}
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                out[child.pid] = child.create_time()
-        return out
     except ImportError:  # pragma: no cover - psutil ships with accelerate
-        return _proc_descendants()
+        return {}
+    try:  # pragma: no cover
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:  # pragma: no cover - it does not run
+        return {}
+    out = {}
+    for child in children:  # pragma: no cover
+        with contextlib.suppress(psutil.Error):
+            out[child.pid] = child.create_time()
+    return out
 
 
-def _proc_descendants() -> dict[int, float]:
-    parents: dict[int, int] = {}
-    starts: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        starts[int(entry)] = float(fields[19])
-    found, frontier = {}, [os.getpid()]
+def _start_time(pid: int) -> float | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot); ``None`` once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return float(handle.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _proc_descendants(root: int) -> dict[int, float]:
+    found: dict[int, float] = {}
+    frontier = [root]
     while frontier:
-        pid = frontier.pop()
-        for child, parent in parents.items():
-            if parent == pid and child not in found:
-                found[child] = starts[child]
-                frontier.append(child)
+        current = frontier.pop()
+        try:
+            threads = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for thread in threads:
+            try:
+                with open(f"/proc/{current}/task/{thread}/children") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                start = _start_time(child) if child not in found else None
+                if start is not None:
+                    found[child] = start
+                    frontier.append(child)
     return found
 
 
@@ -89,7 +109,7 @@ def reap(since: dict[int, float], grace: float = 3.0) -> list[int]:
     """End every descendant not in ``since`` (pid with the same start time); returns their pids."""
     with contextlib.suppress(Exception):
         shutdown_pools()
-    new = [pid for pid, start in _descendants().items() if since.get(pid) != start]
+    new = [pid for pid, start in descendants().items() if since.get(pid) != start]
     for pid in new:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
@@ -117,7 +137,7 @@ def reap(since: dict[int, float], grace: float = 3.0) -> list[int]:
 @contextlib.contextmanager
 def reaped_children(grace: float = 3.0) -> Iterator[None]:
     """Run a job; on any exit, end and reap the children it started (see the module docstring)."""
-    before = _descendants()
+    before = descendants()
     try:
         yield
     finally:

@@ -207,12 +207,14 @@ def _run_eval(model, task, samples, limit, max_new_tokens, config_path, out, att
     from mrgrpo.train.presets import load_model
 
     try:
-        resolve(TaskSpec(task))
+        wanted = resolve(TaskSpec(task))[0]
     except ConfigError:
         raise ConfigError(f"--task must be one of {', '.join(available_tasks())}, got {task!r}") from None
+    wanted.require_installed()  # a missing extra: one line, before the configs are read and the model loads
     started = time.monotonic()
     loadable, run_config = resolve_model(model)
     found, spec = task_spec(task, run_config, config_path)
+    found.require_installed(spec.options)  # and its data packages, unless the options name a data_dir
     try:
         loaded = load_model(loadable)
     except OSError as error:

@@ -43,7 +43,6 @@ from mrgrpo.train.children import reaped_children
 from mrgrpo.train.config import ConfigError, TrainConfig, apply_overrides, validate_config
 from mrgrpo.train.precision import AUTO, Precision, resolve_bf16
 from mrgrpo.yaml_numbers import load_yaml
-from mrgrpo.train.rollout_log import RolloutLogger
 
 CONFIG_FILE = "config.yaml"
 RESUMES_FILE = "resumes.jsonl"
@@ -293,6 +292,7 @@ def run_train(
     from mrgrpo.train.callbacks import ModelCardCallback, ProgressCallback, RunLogCallback, StopCallback, truncate_jsonl
     from mrgrpo.train.presets import load_model
     from mrgrpo.train.profiling import PROFILE_FILE, StepProfiler
+    from mrgrpo.train.rollout_log import RolloutLogger
     from mrgrpo.train.report import write_report
     from mrgrpo.tasks.prepare import fit_prompts, model_context
     from mrgrpo.train.trainer import MultiRewardGRPOTrainer

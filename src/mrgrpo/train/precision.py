@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrgrpo.errors import ConfigError
+
 AUTO = "auto"
 #: x86 flags / ARM features (``/proc/cpuinfo``) that mean native bfloat16 arithmetic.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
@@ -60,7 +62,7 @@ def resolve_bf16(setting: Any, cuda: bool, fp16: bool = False, cpuinfo: Path | N
     if isinstance(setting, bool):
         return Precision(setting, f"trainer.bf16: {str(setting).lower()}")
     if setting not in (None, AUTO):
-        raise ValueError(f"trainer.bf16 must be auto, true or false, got {setting!r}")
+        raise ConfigError(f"trainer.bf16 must be auto, true or false, got {setting!r}")
     if fp16:
         return Precision(False, "trainer.fp16 is set")
     if cuda:

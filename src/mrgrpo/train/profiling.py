@@ -26,8 +26,8 @@ complete; the step's ``metrics.jsonl`` line carries the phases known when it is 
 (``profile/<phase>_s``, all but ``logging`` and ``checkpoint``) and ``profile/peak_rss_mb``.
 
 Memory: a background thread samples, every ``interval`` seconds, the resident set of this
-process and of every descendant (``/proc/<pid>/statm``, cheap) and keeps the largest sum per
-step and per run (``peak_rss_mb``); ``trainer_max_rss_mb`` is the kernel's exact high-water
+process and of every descendant (found by the one tree walk, :mod:`mrgrpo.train.children`; each
+read from ``/proc/<pid>/statm``) and keeps the largest sum per step and per run (``peak_rss_mb``); ``trainer_max_rss_mb`` is the kernel's exact high-water
 mark of the trainer process alone (``VmHWM``). A forked worker (AgentDojo's scoring pool)
 shares its parent's pages, and RSS counts them in both, so the sum is an upper bound on the
 memory the job really holds. Linux only (elsewhere the memory fields are ``None``).
@@ -57,35 +57,22 @@ MRGRPO_PHASES = ("advantages", "diagnostics")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as handle:
-                out.extend(int(c) for c in handle.read().split())
-    except (OSError, ValueError):
-        pass
-    return out
-
-
 def tree_rss_bytes(pid: int | None = None) -> int | None:
-    """Resident bytes of process ``pid`` (default: this one) plus all its descendants; ``None``
-    where ``/proc`` is not available."""
+    """Resident bytes of process ``pid`` (default: this one) plus all its descendants (found by
+    :func:`mrgrpo.train.children.descendants`, the one process-tree walk); ``None`` where ``/proc``
+    is not available."""
+    from mrgrpo.train.children import descendants
+
     root = os.getpid() if pid is None else pid
     if not os.path.exists(f"/proc/{root}/statm"):
         return None
-    total, frontier, seen = 0, [root], set()
-    while frontier:
-        current = frontier.pop()
-        if current in seen:
-            continue
-        seen.add(current)
+    total = 0
+    for current in (root, *descendants(root)):
         try:
             with open(f"/proc/{current}/statm") as handle:
                 total += int(handle.read().split()[1]) * _PAGE
         except (OSError, ValueError, IndexError):
             continue  # exited meanwhile
-        frontier.extend(_children(current))
     return total
 
 
