@@ -24,8 +24,8 @@ for every HumanEval problem, the reference (the canonical solution) is timed as 
 times it (``reference_repeats`` runs alone, CPU time, minimum), and so is its null program (the
 harness's own cost on that problem: ``mrgrpo.rewards.sandbox.null``); where the reference takes
 at least ``min_reference_s`` beyond the null program, an exact copy is scored ``--trials`` times
-(each trial: a fresh timing of ``timing_repeats`` runs or more; its efficiency against the
-reference's) and so is the canonical solution against a reference doing the work twice (the
+(each trial: a fresh window of ``timing_repeats`` rounds or more, scored as the code suite
+scores it) and so is the canonical solution against a reference doing the work twice (the
 function called twice: an algorithm exactly twice as fast as its reference).
 
     python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers]
@@ -144,27 +144,18 @@ def _doubled(problem: dict) -> str:
             f"    return _once(*args, **kwargs)\n")
 
 
-def _scored(reference, null, program, threshold: float) -> float | None:
-    """Efficiency as the code suite scores it: ``None`` where the reference's time beyond its null
-    program is under ``threshold`` (``min_reference_s``) by the freshest runs."""
-    from mrgrpo.rewards.code import efficiency
-
-    base = null.best if null.best is not None else 0.0
-    if reference.best is None or reference.best - base < threshold or program.disturbed:
-        return None
-    return efficiency(program.best, reference.best, base)
-
-
 def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, threshold: float = 1e-3) -> None:
-    from mrgrpo.rewards.code import CodeExecutor
+    from mrgrpo.rewards.code import CodeExecutor, CodeRewardState
 
     executor = CodeExecutor(Limits(wall_s=20, cpu_s=20))
+    scorer = CodeRewardState(executor, True, min_reference_s=threshold)  # scores as the code suite does
     problems = [p for p, _ in programs()[: len(programs()) // 2]][:limit]
     fast_trials = fast_trials or max(3, trials // 4)
     print(f"efficiency noise: {len(problems)} problems, {trials} trials of a copy and {fast_trials} of a 2x faster "
-          f"program per scored problem; reference and null program min of {executor.reference_repeats} runs, "
-          f"candidate min of {executor.timing_repeats} or more (up to {executor.timing_repeats + executor.extra_repeats} where "
-          f"runs are slowed down); load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"program per scored problem; reference and null program first timed {executor.reference_repeats} times, "
+          f"then each program in a window of {executor.timing_repeats} rounds (up to "
+          f"{executor.timing_repeats + executor.extra_repeats} while it shows no comparable conditions); load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
     rows, unscored = [], []
     for problem in problems:
         reference = problem["prompt"] + problem["canonical_solution"]
@@ -179,14 +170,14 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
         copies = []
         for trial in range(trials):  # a copy that differs by a comment: a new program for the cache, same algorithm
             copy = Job(reference + f"\n# trial {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            copies.append(_scored(*executor.time_against([(job, copy)])[0], threshold))
+            copies.append(scorer.score(*executor.time_against([(job, copy)])[0]))
         doubled = Job(_doubled(problem), problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
         executor.timings([doubled], reference=True)
         executor.nulls([doubled])  # the same null program as the canonical's (same answers): shared
         fast = []
         for trial in range(fast_trials):
             copy = Job(reference + f"\n# fast {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            fast.append(_scored(*executor.time_against([(doubled, copy)])[0], threshold))
+            fast.append(scorer.score(*executor.time_against([(doubled, copy)])[0]))
         ref = executor.timings([job], reference=True)[0]
         null = executor.nulls([job])[0]
         base = null.best if null.best is not None else 0.0

@@ -9,7 +9,7 @@ it is built by the caller from what a passing reference answered in a recording 
 its restricted decoder), defines the same names, and answers every call
 with the reference's recorded answer, in order, so the judge makes the same calls with the
 same arguments (timing runs seed the judge's ``random``) and every reply encodes as the
-reference's did. Its time, ``t_null``, is what ``mrgrpo.rewards.code.efficiency`` subtracts
+reference's did. Its time, ``t_null``, is what ``mrgrpo.rewards.timing.efficiency`` subtracts
 from both sides. It is trusted code of the caller's making: no candidate sees it or its time.
 """
 

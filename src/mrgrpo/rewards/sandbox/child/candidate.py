@@ -36,8 +36,16 @@ _GUARDS_ONLY_BLOCKED = frozenset(
         "ctypes.cdata/buffer", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
     )
 )
-# Modules that write files without an audit event (readline's history, sqlite and dbm databases)
-_GUARDS_ONLY_MODULES = frozenset(("readline", "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm"))
+# Events naming a directory fd: (index of a path, index of the directory fd it is relative to)
+_AT_EVENTS = {
+    "os.mkdir": ((0, 2),), "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.rename": ((0, 2), (1, 3)),
+    "os.chmod": ((0, 2),), "os.chown": ((0, 3),), "os.link": ((0, 2), (1, 3)), "os.utime": ((0, 3),),
+}
+# How many levels below the working directory a directory fd's directory is looked for
+_AT_DEPTH = 64
+# Modules that write files without an audit event (readline's history, sqlite and dbm databases,
+# POSIX shared memory in /dev/shm: memory no limit counts, and state outliving the run)
+_GUARDS_ONLY_MODULES = frozenset(("readline", "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm", "_posixshmem"))
 
 
 def _install_guard(workdir, stdlib, guards_only):
@@ -80,6 +88,51 @@ def _install_guard(workdir, stdlib, guards_only):
         full = normalize(path)
         return full == root or full.startswith(root + "/") or full in allowed_devices
 
+    stat = posix.stat
+    root_id = (stat(root).st_dev, stat(root).st_ino) if root else None
+    top_id = (stat("/").st_dev, stat("/").st_ino)
+
+    def level(fd):
+        """How many levels below the working directory the directory of ``fd`` is (None: not
+        under it within _AT_DEPTH). Walks up with ``..`` from the fd (stat: no audit event)."""
+        up = "."
+        for depth in range(_AT_DEPTH + 1):
+            try:
+                st = stat(up, dir_fd=fd)
+            except (OSError, ValueError, TypeError, OverflowError):
+                return None
+            here = (st.st_dev, st.st_ino)
+            if here == root_id:
+                return depth
+            if here == top_id:
+                return None
+            up = ".." if depth == 0 else up + "/.."
+        return None
+
+    def climbs(path, start):
+        """Whether relative ``path``, walked from ``start`` levels down, goes above level 0."""
+        if type_(path) is bytes:
+            path = path.decode("utf-8", "surrogateescape")
+        for part in path.split("/"):
+            if part == "..":
+                start -= 1
+                if start < 0:
+                    return True
+            elif part not in ("", "."):
+                start += 1
+        return False
+
+    def inside_at(path, dir_fd):
+        """``path`` relative to the directory fd ``dir_fd`` (-1 or None: the cwd) lands inside."""
+        if dir_fd is None or dir_fd == -1 or type_(path) not in (str, bytes):
+            return inside(path)
+        if (path[:1] if type_(path) is str else path[:1].decode("latin-1")) == "/":
+            return inside(path)
+        if type_(dir_fd) is not int:
+            return False
+        depth = level(dir_fd)
+        return depth is not None and not climbs(path, depth)
+
     libraries = tuple({normalize(p) for p in [stdlib] + [p for p in sys.path if type_(p) is str and p]})
     readable_devices = ("/dev/null", "/dev/urandom", "/dev/zero")
 
@@ -110,6 +163,14 @@ def _install_guard(workdir, stdlib, guards_only):
                 deny("writing outside the working directory")
             if guards_only and not readable(path):
                 deny("reading outside the standard library and the working directory")
+            # The event names no dir_fd: a relative path that climbs above where it starts could
+            # land anywhere from a directory fd (writes relative to one: seccomp refuses them).
+            if guards_only and type_(path) in (str, bytes) and climbs(path, 0):
+                deny("a relative path climbing out of its directory")
+        elif event in _AT_EVENTS:
+            for at, fd_at in _AT_EVENTS[event]:
+                if at < len(args) and not inside_at(args[at], args[fd_at] if fd_at < len(args) else None):
+                    deny(event + " outside the working directory")
         elif event in _PATH_EVENTS:
             for arg in args:
                 if type_(arg) in (str, bytes) and not inside(arg):
