@@ -165,41 +165,46 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
         base = null.best if null is not None and null.best is not None else 0.0
         if ref.best is None or ref.best - base < threshold:
             if ref.best is not None and ref.best >= threshold:
-                unscored.append((problem["task_id"], ref.best, base))
+                unscored.append((problem["task_id"], ref.best, base, None))
             continue
         copies = []
         for trial in range(trials):  # a copy that differs by a comment: a new program for the cache, same algorithm
             copy = Job(reference + f"\n# trial {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            copies.append(scorer.score(*executor.time_against([(job, copy)])[0]))
+            copies.append(scorer.score(*executor.time_against([(job, copy)])[0], executor.harness([job])[0]))
         doubled = Job(_doubled(problem), problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
         executor.timings([doubled], reference=True)
         executor.nulls([doubled])  # the same null program as the canonical's (same answers): shared
         fast = []
         for trial in range(fast_trials):
             copy = Job(reference + f"\n# fast {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            fast.append(scorer.score(*executor.time_against([(doubled, copy)])[0]))
+            fast.append(scorer.score(*executor.time_against([(doubled, copy)])[0], executor.harness([doubled])[0]))
         ref = executor.timings([job], reference=True)[0]
         null = executor.nulls([job])[0]
         base = null.best if null.best is not None else 0.0
+        avoidable = executor.harness([job])[0]
+        share = scorer.avoidable_share(ref, null, avoidable)
         dropped = sum(e is None for e in copies + fast)
         copies, fast = [e for e in copies if e is not None], [e for e in fast if e is not None]
         if not copies or not fast:  # the fresh runs put it under the threshold: the suite leaves it unscored
-            unscored.append((problem["task_id"], ref.best, base))
+            unscored.append((problem["task_id"], ref.best, base, share))
             continue
         within = sum(e <= 0.10 for e in copies) / len(copies)
         half = sorted(fast)[len(fast) // 2]
         rows.append((problem["task_id"], ref, within, max(copies), half, min(fast), max(fast)))
         print(f"{problem['task_id']:>14}  ref {ref.best * 1e3:7.2f} ms CPU (median {ref.median * 1e3:7.2f}, worst "
               f"{ref.worst * 1e3:7.2f}; {ref.clock}), null {base * 1e3:5.2f} ms (median "
-              f"{(null.median or 0) * 1e3:5.2f})  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
+              f"{(null.median or 0) * 1e3:5.2f}; avoidable by a self-served pipe {avoidable:.0%} of it, "
+              f"{share:.3f} of the work, deducted)  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
               f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]"
               f"{f'  ({dropped} trials unscored: under the floor, or disturbed)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)
     if unscored:
         long = [u for u in unscored if u[1] >= 1e-3]
         print(f"{len(unscored)} unscored though the reference takes >= {threshold * 1e3:g} ms (under that beyond its "
-              f"null program){'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
-                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" for t, r, b in long))
+              f"null program, or a program serving its own pipe could gain more than {scorer.max_harness_share} of it)"
+              f"{'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
+                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" + ("" if a is None else f" (avoidable share {a:.2f})")
+                  for t, r, b, a in long))
     if not rows:
         print(f"no problem with a reference of {threshold * 1e3:g} ms or more beyond its null program")
         return

@@ -7,7 +7,7 @@ from __future__ import annotations
 from mrgrpo.rewards.code import CodeExecutor
 from mrgrpo.rewards.sandbox import Job, Limits, null_job, run, run_alone
 from mrgrpo.rewards.sandbox.child.wire import decode, encode
-from mrgrpo.rewards.sandbox.null import null_program
+from mrgrpo.rewards.sandbox.null import bare_job, bare_program, null_program
 from mrgrpo.rewards.sandbox.results import _read_report
 
 LIMITS = Limits(wall_s=10.0, cpu_s=5)
@@ -79,6 +79,41 @@ def test_the_stdio_null_program_prints_each_case_output():
     null = null_job(job, recorded(job))
     assert "input" not in null.program
     assert all(r.passed for r in run_alone([null], 2)[0])
+
+
+def test_the_bare_program_answers_as_the_reference_from_its_own_end_of_the_pipe():
+    # random inputs, an expected exception, a module-level value; assert-style tests; stdio
+    job = Job(REFERENCE, RANDOM_TESTS, "humaneval", "f", LIMITS)
+    bare = bare_job(job, recorded(job))
+    assert bare is not None and "[n, n + 1]" not in bare.program and "def f" not in bare.program
+    assert all(r.passed for r in run_alone([bare], 2)[0])
+    tests = "assert add(1, 2) == 3\nassert mul(2, 3) == 6\n"
+    job = Job("def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n", tests, "assert", None, LIMITS)
+    assert all(r.passed for r in run_alone([bare_job(job, recorded(job))], 2)[0])
+    job = Job("print(int(input()) * 2)\n", [("3\n", "6\n"), ("5\n", "10\n")], "stdio", None, LIMITS)
+    assert all(r.passed for r in run_alone([bare_job(job, recorded(job))], 2)[0])
+    context = "import math\n\ndef helper(x):\n    return math.sqrt(x)\n\ndef g(x):\n    \"\"\"Stub.\"\"\"\n"
+    job = Job(context + "def g(x):\n    return helper(x) * 2\n", "def check(candidate):\n    assert candidate(4) == 4.0\n",
+              "humaneval", "g", LIMITS, context)
+    bare = bare_program(job, recorded(job))
+    assert bare.startswith(context.rstrip())  # it loads the context: every program does
+    assert bare_program(job, b"not plain data") is None and bare_job(job, None) is None
+
+
+def test_the_executor_measures_the_harness_a_program_could_skip():
+    # 400 calls with little work each: the trusted server's cost per call against the bare
+    # program's one read and one write
+    tests = "def check(candidate):\n    for n in range(400):\n        assert candidate([n, 1]) == n + 1\n"
+    reference = Job("def f(xs):\n    return xs[0] + xs[1]\n", tests, "humaneval", "f", LIMITS)
+    executor = CodeExecutor(LIMITS, reference_repeats=5)
+    executor.timings([reference], reference=True)
+    [null] = executor.nulls([reference])
+    runs = executor.timed_runs
+    [avoidable] = executor.harness([reference])
+    assert executor.timed_runs == runs and runs == 5 + 2 * 5  # the reference's, then null and bare interleaved
+    assert null.best is not None and 0.0 < avoidable < 1.0, avoidable
+    no_null = Job("def f(xs):\n    return xs[0] + xs[1]\n", tests, "humaneval", "f", LIMITS, "# untimed\n")
+    assert executor.harness([no_null]) == [0.0]  # never timed: no null program, nothing to deduct
 
 
 def test_unreplayable_records_give_no_null_program():

@@ -1,8 +1,10 @@
 """Efficiency measures the algorithm, not the harness: a program that serves its own end of the
 judge's pipe (its top level answers every request itself, skipping the trusted server's work)
-pays less harness time than the null program, and can gain at most the harness's share of the
-reference's work. ``efficiency`` abstains where that share is over ``max_harness_share`` (0.10),
-so the reference's own algorithm served this way scores at most 0.10."""
+pays less harness time than the null program, down to the problem's bare program (one read and
+one write per request). The most it can save, as a share of the reference's work, is deducted
+from every score, and where that share is over ``max_harness_share`` (0.10) the problem is not
+scored: the reference's own algorithm served this way scores no more than an exact copy, and at
+most 0.10."""
 
 from __future__ import annotations
 
@@ -13,16 +15,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from mrgrpo.rewards import get_suite  # noqa: E402
 
-# The reference's algorithm, with the candidate's end of the pipe served by the program itself
-# (the frames the sandbox's own modules read and write, without the trusted server's
-# restoring of builtins and flushing around every call).
-SELF_SERVED = '''
-import os, struct, sys
+ALGORITHM = '''
 def f(n):
     total = 0
     for i in range(n):
         total += i * i
     return total
+'''
+# The reference's algorithm, with the candidate's end of the pipe served by the program itself:
+# the sandbox's own frames and wire encoding, without the trusted server's flushing around
+# every call. A call's arguments come as the judge's marshal of them.
+SELF_SERVED = ALGORITHM + '''
+import marshal, os, struct, sys
 wire = sys.modules.get("_mrgrpo_sandbox.wire")
 def read_exact(k):
     data = b""
@@ -43,16 +47,43 @@ if wire is not None:
         if kind == b"R":
             send(b"O", wire.encode(tuple(("f", "") for _ in wire.decode(payload))))
         elif kind == b"C":
-            name, args, kwargs = wire.decode(payload)
+            name, args, kwargs = marshal.loads(payload)
             send(b"O", wire.encode(f(*args)))
         else:
             os._exit(0)
 '''
+# The leanest server a program can write: one read per request, the arguments read with
+# marshal, the reply (an int) packed by hand and written with one write.
+LEAN = ALGORITHM + '''
+import sys
+from marshal import loads
+from posix import read, write, _exit
+from struct import Struct
+pack = Struct(">IBBq").pack
+wire = sys.modules.get("_mrgrpo_sandbox.wire")
+if wire is not None:
+    payload = wire.encode(None)
+    write(4, len(payload).to_bytes(4, "big") + b"O" + payload)
+    while True:
+        data = read(3, 65536)
+        if len(data) < 5:
+            _exit(0)
+        if data[4] == 67:  # C
+            write(4, pack(9, 79, 105, f(*loads(data[5:])[1])))
+        elif data[4] == 82:  # R
+            payload = wire.encode(tuple(("f", "") for _ in wire.decode(data[5:])))
+            write(4, len(payload).to_bytes(4, "big") + b"O" + payload)
+        else:
+            _exit(0)
+'''
 HEAVY = "def check(candidate):\n" + "".join(f"    assert candidate({n}) == {sum(i * i for i in range(n))}\n"
                                             for n in (60000, 70000, 80000, 90000))
+# 100 calls of a few thousand steps each (as HumanEval/32's 100 bisections): the harness is a
+# few percent of the reference's time, so the problem is scored, less that share.
+MEDIUM = "def check(candidate):\n    for n in range(100):\n        assert candidate(3000 + n) == sum(i * i for i in range(3000 + n))\n"
 # Many calls with little work each: the harness's cost is most of the reference's time.
-LIGHT = "def check(candidate):\n    for n in range(300):\n        assert candidate(400 + n % 7) == sum(i * i for i in range(400 + n % 7))\n"
-REFERENCE = "def f(n):\n    total = 0\n    for i in range(n):\n        total += i * i\n    return total\n"
+LIGHT = "def check(candidate):\n    for n in range(300):\n        assert candidate(200 + n % 7) == sum(i * i for i in range(200 + n % 7))\n"
+REFERENCE = ALGORITHM.lstrip()
 
 
 def efficiencies(tests, programs, **options):
@@ -63,22 +94,25 @@ def efficiencies(tests, programs, **options):
     return {c.name: c(["p"] * n, programs, **columns) for c in suite.components}
 
 
-def test_self_served_pipe_passes_and_the_frames_are_the_sandbox_s():
+def test_self_served_pipes_pass_and_the_frames_are_the_sandbox_s():
     from mrgrpo.rewards.sandbox import Job, run
 
-    result = run(Job(SELF_SERVED, LIGHT, "humaneval", "f"))
-    assert result.passed, (result, result.stderr[-2000:])
+    for program in (SELF_SERVED, LEAN):
+        result = run(Job(program, LIGHT, "humaneval", "f"))
+        assert result.passed, (result, result.stderr[-2000:])
 
 
-def test_self_served_reference_gains_at_most_the_harness_share():
-    programs = [SELF_SERVED + f"\n# copy {i}\n" for i in range(2)]
-    heavy = efficiencies(HEAVY, programs)
-    assert heavy["pass"] == [1.0, 1.0]
-    assert all(e is None or e <= 0.10 for e in heavy["efficiency"]), heavy  # the harness is ~0% of the work there
-    light = efficiencies(LIGHT, programs)
-    assert light["pass"] == [1.0, 1.0]
-    assert light["efficiency"] == [None, None], light  # the harness is most of the work: abstains
-    # the control: without the bound the same programs are paid for the harness they skipped
+def test_self_served_reference_is_paid_no_more_than_a_copy():
+    programs = [server + f"\n# copy {i}\n" for server in (SELF_SERVED, LEAN) for i in range(2)]
+    for tests in (HEAVY, MEDIUM, LIGHT):
+        got = efficiencies(tests, programs + [REFERENCE + "\n# an exact copy\n"])
+        print("self-served efficiency (self-served x2, lean x2, copy):", got["efficiency"])
+        assert got["pass"] == [1.0] * 5
+        assert all(e is None or e <= 0.10 for e in got["efficiency"]), (tests[:40], got)
+        if tests is MEDIUM:  # scored there (the share a self-served pipe could gain is under 0.10)
+            assert any(e is not None for e in got["efficiency"][:4]), got
+    # the control: without the bound and its deduction the same programs are paid for the
+    # harness they skipped
     unbounded = efficiencies(LIGHT, programs, max_harness_share=None)
-    print("self-served efficiency, heavy:", heavy["efficiency"], "light, unbounded:", unbounded["efficiency"])
+    print("self-served efficiency, light, unbounded:", unbounded["efficiency"])
     assert any(e is not None and e > 0.10 for e in unbounded["efficiency"]), unbounded

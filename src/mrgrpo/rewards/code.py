@@ -70,6 +70,7 @@ from typing import Any
 
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, probe, run_alone, run_many
+from mrgrpo.rewards.sandbox.null import bare_job
 from mrgrpo.rewards.timing import Timing, base, window_efficiency, window_score
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
@@ -250,6 +251,7 @@ class CodeExecutor:
         self.reference_repeats = reference_repeats
         self._timings: OrderedDict[tuple, Timing] = OrderedDict()
         self._records: dict[tuple, bytes | None] = {}  # reference -> its recorded answers (for nulls)
+        self._avoidable: dict[tuple, float] = {}  # null program -> the share of its time a program could skip
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple, Result] = OrderedDict()
         self._lock = threading.Lock()
@@ -308,25 +310,49 @@ class CodeExecutor:
         problem (:mod:`mrgrpo.rewards.sandbox.null`), timed like the reference
         (``reference_repeats`` runs, alone); ``best`` is ``None`` where there is none (the
         reference was not timed or did not pass, or its answers could not be replayed).
-        References with the same answers share one null program and its timing."""
+        References with the same answers share one null program and its timing. Each run of the
+        null program is followed by one of the problem's *bare program* (the least harness cost
+        any program can pay there: :func:`mrgrpo.rewards.sandbox.null.bare_program`), for
+        :meth:`harness`."""
         with self._lock:
             keys, todo = [], {}
             for job in references:
                 key, null = self._null_of(job)
                 keys.append(key)
                 if key not in self._timings and key not in todo:
-                    todo[key] = null
-            runnable = {key: job for key, job in todo.items() if job is not None}
+                    todo[key] = (null, bare_job(job, self._records.get((True, *_job_key(job)))))
+            runnable = {key: jobs for key, jobs in todo.items() if jobs[0] is not None}
             if runnable:
-                runs = run_alone(list(runnable.values()), self.reference_repeats,
-                                 require_isolation=self.require_isolation, allow_unisolated=self.allow_unisolated)
-                self.timed_runs += self.reference_repeats * len(runnable)
-                for key, results in zip(runnable, runs):
-                    self._timings[key] = Timing.of(results)
+                got: dict[tuple, list[list[Result]]] = {key: [[], []] for key in runnable}
+                for _ in range(self.reference_repeats):  # interleaved: both meet the same conditions
+                    pairs = [(key, kind, job) for key, jobs in runnable.items() for kind, job in enumerate(jobs) if job is not None]
+                    runs = run_alone([job for _, _, job in pairs], 1, require_isolation=self.require_isolation,
+                                     allow_unisolated=self.allow_unisolated)
+                    for (key, kind, _), [result] in zip(pairs, runs):
+                        got[key][kind].append(result)
+                    self.timed_runs += len(pairs)
+                for key, (nulls, bares) in got.items():
+                    self._timings[key] = null = Timing.of(nulls)
+                    bare = Timing.of(bares) if bares else Timing(None, None, None, 0)
+                    self._avoidable[key] = (max(0.0, 1.0 - bare.best / null.best)
+                                            if null.best and bare.best is not None and bare.clock == null.clock else 1.0)
             for key in todo:
                 self._timings.setdefault(key, Timing(None, None, None, 0))
                 self._held(key)
             return self._cached(keys)
+
+    def harness(self, references: Sequence[Job]) -> list[float]:
+        """Per reference job (call :meth:`nulls` first): the share of its null program's time that
+        a program could skip by serving the judge's pipe itself, ``1 - t_bare / t_null`` (best
+        times of their interleaved runs); 1 where the bare program could not be timed (all of
+        the harness counted as avoidable), 0 where there is no null program (``t_null`` is 0)."""
+        out = []
+        with self._lock:
+            for job in references:
+                key = self._null_of(job)[0]
+                timed = key in self._timings and self._timings[key].best is not None
+                out.append(self._avoidable.get(key, 1.0) if timed else 0.0)
+        return out
 
     def _cached(self, keys: Sequence[tuple]) -> list[Timing]:
         """The cached timings of ``keys`` (marked recently used), the cache then trimmed to size."""
@@ -349,6 +375,7 @@ class CodeExecutor:
         while self._timings and (len(self._timings) > self.cache_size or self._timings_held > self.cache_bytes):
             key, _ = self._timings.popitem(last=False)
             self._records.pop(key, None)
+            self._avoidable.pop(key, None)
             self._timings_held -= self._sizes.pop(("timing", key), 0)
 
     def _null_of(self, reference: Job) -> tuple[tuple, Job | None]:
@@ -483,10 +510,13 @@ class CodeRewardState:
 
     ``min_reference_s``: ``efficiency`` is left unscored (``None``) for problems whose
     reference takes less beyond its null program (the timing cannot resolve them; see
-    docs/sandbox.md). ``max_harness_share``: nor for those whose null program (the harness's
-    cost) takes more than this share of the reference's own work: a program that serves its
-    end of the judge's pipe itself pays less than the trusted server, and can gain at most
-    that share (``None``: no such bound; neither applies where ``min_reference_s`` is 0)."""
+    docs/sandbox.md). ``max_harness_share``: a program that serves its end of the judge's pipe
+    itself pays less harness time than the trusted server, down to the bare program's
+    (:meth:`CodeExecutor.harness`); the most it can save, as a share of the reference's own
+    work, is deducted from every score (so such a program is never paid for its protocol), and
+    where it exceeds ``max_harness_share`` the problem is not scored (the deduction would
+    distort honest scores by more). ``None``: neither (the unbounded ratio; neither applies
+    where ``min_reference_s`` is 0)."""
 
     def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3,
                  max_harness_share: float | None = 0.10):
@@ -495,23 +525,43 @@ class CodeRewardState:
         self.min_reference_s = min_reference_s
         self.max_harness_share = max_harness_share
 
-    def resolves(self, reference: Timing, null: Timing) -> bool:
-        """The reference's time beyond its null program's is at least ``min_reference_s``, and the
-        null program's is at most ``max_harness_share`` of it (always, where ``min_reference_s`` is
-        0: every problem scored)."""
-        if not self.min_reference_s:
-            return True
+    def avoidable_share(self, reference: Timing, null: Timing, avoidable: float = 1.0) -> float:
+        """The most a program could gain by serving the judge's pipe itself, as a share of the
+        reference's own work: ``avoidable * t_null / (t_ref - t_null)`` (``avoidable``: the share
+        of the null program's time it could skip, :meth:`CodeExecutor.harness`; 1 by default, all
+        of it); 0 where ``max_harness_share`` is ``None`` or ``min_reference_s`` is 0."""
+        if self.max_harness_share is None or not self.min_reference_s:
+            return 0.0
         t_null = base(null, reference)
         work = (reference.best or 0.0) - t_null
-        return work >= self.min_reference_s and (self.max_harness_share is None or t_null <= self.max_harness_share * work)
+        return avoidable * t_null / work if work > 0 else float("inf")
 
-    def score(self, reference: Timing, null: Timing, program: Timing) -> float | None:
-        """A program's efficiency from its window (:meth:`CodeExecutor.time_against`): ``None``
-        where the window's reference does not resolve (:meth:`resolves`) or the window is
-        disturbed; 0 where a run of the program failed."""
-        if not self.resolves(reference, null):
+    def resolves(self, reference: Timing, null: Timing, avoidable: float = 1.0) -> bool:
+        """The reference's time beyond its null program's is at least ``min_reference_s``, and
+        the most a program serving its own pipe could gain (:meth:`avoidable_share`) is at most
+        ``max_harness_share`` (always, where ``min_reference_s`` is 0: every problem scored)."""
+        if not self.min_reference_s:
+            return True
+        work = (reference.best or 0.0) - base(null, reference)
+        return work >= self.min_reference_s and (self.max_harness_share is None or
+                                                 self.avoidable_share(reference, null, avoidable) <= self.max_harness_share)
+
+    def score(self, reference: Timing, null: Timing, program: Timing, avoidable: float = 1.0) -> float | None:
+        """A program's efficiency from its window (:meth:`CodeExecutor.time_against`), less the
+        most it could have gained by serving its own pipe (:meth:`avoidable_share`, from the best
+        times of all runs: the window's floors): ``None`` where the window's reference does not
+        resolve (:meth:`resolves`) or the window is disturbed; 0 where a run of the program
+        failed."""
+        if not self.resolves(reference, null, avoidable):
             return None
-        return window_efficiency(program, reference, null)
+        value = window_efficiency(program, reference, null)
+        if not value:
+            return value
+        if program.floors is not None:
+            ref_floor, null_floor = program.floors
+            reference = Timing(ref_floor, ref_floor, ref_floor, 1, reference.clock)
+            null = Timing(null_floor, null_floor, null_floor, 1, reference.clock)
+        return max(0.0, value - self.avoidable_share(reference, null, avoidable))
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -565,11 +615,12 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
             references = executor.timings(ref_jobs, reference=True)
             passing = [(i, job, r) for i, job, r in zip(timed, ref_jobs, references) if r.best is not None]
             nulls = executor.nulls([job for _, job, _ in passing])
+            shares = executor.harness([job for _, job, _ in passing])
             # scored where the reference's own work (its time beyond the harness's) is resolvable
-            resolved = [i for (i, _, r), n in zip(passing, nulls) if state.resolves(r, n)]
-            timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i in resolved])
-            for i, (r, n, g) in zip(resolved, timings):
-                out[i] = state.score(r, n, g)
+            resolved = [(i, a) for (i, _, r), n, a in zip(passing, nulls, shares) if state.resolves(r, n, a)]
+            timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i, _ in resolved])
+            for (i, a), (r, n, g) in zip(resolved, timings):
+                out[i] = state.score(r, n, g, a)
         return out
 
     def pass_rate(prompts, completions, **columns):
