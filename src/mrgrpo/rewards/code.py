@@ -40,10 +40,12 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 in flight), and compared only in conditions the window shows to be the same
                 for both (at the reference's fastest, confirmed, or one steady speed:
                 ``mrgrpo.rewards.timing``). ``None`` without a passing reference, when
-                ``t_ref - t_null`` < ``min_reference_s`` (1 ms) or ``t_null`` >
-                ``max_harness_share`` (0.10) of it (the most a program serving the judge's
-                pipe itself could gain), or when the window shows no such conditions; see
-                docs/sandbox.md for the noise and what holds under load
+                ``t_ref - t_null`` < ``min_reference_s`` (1 ms), or when the window shows no
+                such conditions. Less what a program serving the judge's pipe itself could
+                save (the null program's time beyond the problem's *bare program*, a share
+                of ``t_ref - t_null``); ``None`` where that share is over
+                ``max_harness_share`` (0.10). See docs/sandbox.md for the noise and what
+                holds under load
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -221,7 +223,8 @@ class CodeExecutor:
     process in flight: :func:`mrgrpo.rewards.sandbox.run_alone`) and cached: a reference is
     first run ``reference_repeats`` times (:meth:`timings`: whether its problem can be scored at
     all, and the answers its null program replays), its null program as many times
-    (:meth:`nulls`: the harness's own cost on that problem), then each program in a window of
+    (:meth:`nulls`: the harness's own cost on that problem; interleaved with its bare program,
+    the least harness cost any program pays there: :meth:`harness`), then each program in a window of
     its own, ``timing_repeats`` rounds or more interleaved with new runs of its reference and
     null program (:meth:`time_against`), against which alone it is scored.
     """
@@ -689,9 +692,10 @@ def code_suite(
     ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
     ``require_isolation`` also refuses a sandbox without a private root (namespaces).
     ``timing_repeats``, ``reference_repeats``, ``extra_repeats``, ``min_reference_s``: the efficiency timing (see
-    the module docstring and docs/sandbox.md); ``max_harness_share``: ``efficiency`` abstains where
-    the harness's cost (the null program's time) exceeds this share of the reference's own work,
-    the most a program serving its own end of the judge's pipe could gain (docs/sandbox.md).
+    the module docstring and docs/sandbox.md); ``max_harness_share``: what a program serving its own end of
+    the judge's pipe could save (the null program's time beyond the bare program's, as a share of
+    the reference's own work) is deducted from every efficiency, and ``efficiency`` abstains where
+    it exceeds this share (``None``: neither; docs/sandbox.md).
     ``cache_size``, ``cache_bytes``: the bounds of the result cache (entries, bytes), and of the
     timing cache.
     """

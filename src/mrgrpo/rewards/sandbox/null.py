@@ -11,6 +11,12 @@ with the reference's recorded answer, in order, so the judge makes the same call
 same arguments (timing runs seed the judge's ``random``) and every reply encodes as the
 reference's did. Its time, ``t_null``, is what ``mrgrpo.rewards.timing.efficiency`` subtracts
 from both sides. It is trusted code of the caller's making: no candidate sees it or its time.
+
+The *bare program* (:func:`bare_program`), built from the same record, serves the pipe from its
+own top level with the least work any program must do (one read per request, one write of the
+recorded answer encoded beforehand): a program serving its own end of the pipe pays no less
+harness time than it, so the null program's time beyond it bounds what such a program can gain
+(``mrgrpo.rewards.code``: deducted from efficiency).
 """
 
 from __future__ import annotations
