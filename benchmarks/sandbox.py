@@ -194,7 +194,7 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
         print(f"{problem['task_id']:>14}  ref {ref.best * 1e3:7.2f} ms CPU (median {ref.median * 1e3:7.2f}, worst "
               f"{ref.worst * 1e3:7.2f}; {ref.clock}), null {base * 1e3:5.2f} ms (median "
               f"{(null.median or 0) * 1e3:5.2f}; avoidable by a self-served pipe {avoidable:.0%} of it, "
-              f"{share:.3f} of the work, deducted)  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
+              f"about {share:.3f} of the work by the best times; deducted as measured in each window)  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
               f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]"
               f"{f'  ({dropped} trials unscored: under the floor, or disturbed)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)

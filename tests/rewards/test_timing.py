@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from mrgrpo.rewards.code import CodeExecutor
+from mrgrpo.rewards.code import CodeExecutor, CodeRewardState
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict
-from mrgrpo.rewards.timing import Timing, efficiency, window_efficiency, window_score
+from mrgrpo.rewards.timing import Timing, efficiency, harness_ratio, window_efficiency, window_score
 
 LIMITS = Limits(wall_s=10.0, cpu_s=5)
 
@@ -54,6 +54,39 @@ def test_a_steady_window_compares_its_medians():
     assert window_score(*window([0.032, 0.040, 0.032, 0.032], [0.016, 0.016, 0.025], floors=(0.020, 0.0))) is None
     # half the runs at one speed and half at another is not steady
     assert window_score(*window([0.032, 0.020, 0.032, 0.020], [0.016, 0.010, 0.016], floors=(0.015, 0.0))) is None
+
+
+def test_the_harness_ratio_of_a_window_holds_round_by_round():
+    # rounds at 1x and at 2x speed: each round's null run (2 ms, 4 ms) against the mean of the
+    # reference runs around it (12 ms, 24 ms): 2 / 10 and 4 / 20 in every round
+    _, reference, null = window([0.012, 0.012, 0.024, 0.024], [0.006, 0.012, 0.012], nulls=[0.002, 0.004, 0.004])
+    assert harness_ratio(reference, null) == pytest.approx(0.2)
+    # the best times mix the spells: 2 ms against 12 ms would also give 0.2, but a null program
+    # whose runs all met the slow spell reads 4 / 8 = 0.5 by its best
+    slow_null = Timing.from_times((0.004, 0.004), "cpu")
+    assert harness_ratio(Timing.from_times((0.012, 0.024), "cpu"), slow_null) == pytest.approx(0.5)
+    assert harness_ratio(reference, Timing(None, None, None, 0)) == 0.0  # no null program
+    assert harness_ratio(*window([0.002] * 2, [0.001], nulls=[0.003])[1:]) == float("inf")
+
+
+def test_what_a_self_served_pipe_could_save_is_deducted_or_abstains():
+    state = CodeRewardState(CodeExecutor(LIMITS), True)  # max_harness_share 0.10
+    # steady window, program at half the reference's own work: 1 - 11/22 = 0.5; the null program is
+    # 2/22 of the work, of which the bare program could skip 40%: 0.036 deducted
+    program, reference, null = window([0.024] * 4, [0.013] * 3, nulls=[0.002] * 3, floors=(0.024, 0.002))
+    assert window_efficiency(program, reference, null) == pytest.approx(0.5)
+    assert state.score(reference, null, program, 0.4) == pytest.approx(0.5 - 0.4 * 2 / 22)
+    assert state.score(reference, null, program, 0.0) == pytest.approx(0.5)
+    # all of it avoidable: 2/22 = 0.09 <= 0.10, deducted; a null program of 4 ms (4/20 = 0.2 > 0.10) abstains
+    assert state.score(reference, null, program) == pytest.approx(0.5 - 2 / 22)
+    program, reference, null = window([0.024] * 4, [0.014] * 3, nulls=[0.004] * 3, floors=(0.024, 0.004))
+    assert state.score(reference, null, program, 1.0) is None
+    assert state.score(reference, null, program, 0.25) == pytest.approx(0.5 - 0.25 * 0.2)
+    # a copy is never below 0; without the bound (max_harness_share None) nothing is deducted
+    copy = window([0.024] * 4, [0.024] * 3, nulls=[0.004] * 3, floors=(0.024, 0.004))
+    assert state.score(copy[1], copy[2], copy[0], 0.25) == 0.0
+    unbounded = CodeRewardState(CodeExecutor(LIMITS), True, max_harness_share=None)
+    assert unbounded.score(reference, null, program, 1.0) == pytest.approx(0.5)
 
 
 def test_windows_that_cannot_be_read():

@@ -73,7 +73,7 @@ from typing import Any
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, probe, run_alone, run_many
 from mrgrpo.rewards.sandbox.null import bare_job
-from mrgrpo.rewards.timing import Timing, base, window_efficiency, window_score
+from mrgrpo.rewards.timing import Timing, base, harness_ratio, window_efficiency, window_score
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
 CODE_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -532,39 +532,34 @@ class CodeRewardState:
         """The most a program could gain by serving the judge's pipe itself, as a share of the
         reference's own work: ``avoidable * t_null / (t_ref - t_null)`` (``avoidable``: the share
         of the null program's time it could skip, :meth:`CodeExecutor.harness`; 1 by default, all
-        of it); 0 where ``max_harness_share`` is ``None`` or ``min_reference_s`` is 0."""
+        of it; the ratio from the rounds of a window where these are a window's timings:
+        :func:`mrgrpo.rewards.timing.harness_ratio`); 0 where ``max_harness_share`` is ``None``
+        or ``min_reference_s`` is 0."""
         if self.max_harness_share is None or not self.min_reference_s:
             return 0.0
-        t_null = base(null, reference)
-        work = (reference.best or 0.0) - t_null
-        return avoidable * t_null / work if work > 0 else float("inf")
+        return avoidable * harness_ratio(reference, null) if avoidable else 0.0
 
-    def resolves(self, reference: Timing, null: Timing, avoidable: float = 1.0) -> bool:
-        """The reference's time beyond its null program's is at least ``min_reference_s``, and
-        the most a program serving its own pipe could gain (:meth:`avoidable_share`) is at most
-        ``max_harness_share`` (always, where ``min_reference_s`` is 0: every problem scored)."""
+    def resolves(self, reference: Timing, null: Timing) -> bool:
+        """The reference's time beyond its null program's is at least ``min_reference_s`` (always,
+        where ``min_reference_s`` is 0: every problem scored)."""
         if not self.min_reference_s:
             return True
-        work = (reference.best or 0.0) - base(null, reference)
-        return work >= self.min_reference_s and (self.max_harness_share is None or
-                                                 self.avoidable_share(reference, null, avoidable) <= self.max_harness_share)
+        return (reference.best or 0.0) - base(null, reference) >= self.min_reference_s
 
     def score(self, reference: Timing, null: Timing, program: Timing, avoidable: float = 1.0) -> float | None:
-        """A program's efficiency from its window (:meth:`CodeExecutor.time_against`), less the
-        most it could have gained by serving its own pipe (:meth:`avoidable_share`, from the best
-        times of all runs: the window's floors): ``None`` where the window's reference does not
-        resolve (:meth:`resolves`) or the window is disturbed; 0 where a run of the program
+        """A program's efficiency from its window (:meth:`CodeExecutor.time_against`: the window's
+        reference and null program timings), less the most it could have gained by serving its
+        own pipe (:meth:`avoidable_share`, from the window's rounds): ``None`` where the window's
+        reference does not resolve (:meth:`resolves`), where that share is over
+        ``max_harness_share``, or where the window is disturbed; 0 where a run of the program
         failed."""
-        if not self.resolves(reference, null, avoidable):
+        if not self.resolves(reference, null):
+            return None
+        share = self.avoidable_share(reference, null, avoidable)
+        if self.max_harness_share is not None and share > self.max_harness_share:
             return None
         value = window_efficiency(program, reference, null)
-        if not value:
-            return value
-        if program.floors is not None:
-            ref_floor, null_floor = program.floors
-            reference = Timing(ref_floor, ref_floor, ref_floor, 1, reference.clock)
-            null = Timing(null_floor, null_floor, null_floor, 1, reference.clock)
-        return max(0.0, value - self.avoidable_share(reference, null, avoidable))
+        return max(0.0, value - share) if value else value
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -618,9 +613,9 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
             references = executor.timings(ref_jobs, reference=True)
             passing = [(i, job, r) for i, job, r in zip(timed, ref_jobs, references) if r.best is not None]
             nulls = executor.nulls([job for _, job, _ in passing])
-            shares = executor.harness([job for _, job, _ in passing])
+            avoidables = executor.harness([job for _, job, _ in passing])
             # scored where the reference's own work (its time beyond the harness's) is resolvable
-            resolved = [(i, a) for (i, _, r), n, a in zip(passing, nulls, shares) if state.resolves(r, n, a)]
+            resolved = [(i, a) for (i, _, r), n, a in zip(passing, nulls, avoidables) if state.resolves(r, n)]
             timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i, _ in resolved])
             for (i, a), (r, n, g) in zip(resolved, timings):
                 out[i] = state.score(r, n, g, a)

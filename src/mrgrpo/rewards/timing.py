@@ -141,6 +141,25 @@ def window_score(program: Timing, reference: Timing, null: Timing) -> float | No
     return None
 
 
+def harness_ratio(reference: Timing, null: Timing) -> float:
+    """``t_null / (t_ref - t_null)``: the harness's time as a share of the reference's own work.
+    From a window (``reference.times``: r_0..r_k, ``null.times``: n_1..n_k) the median over its
+    rounds of ``n_i / ((r_(i-1) + r_i) / 2 - n_i)`` (each round's runs met the same conditions,
+    so the ratio holds whatever the machine's speed in that round); otherwise from the best
+    times. 0 without a null program; infinite where the reference takes no longer than it."""
+    if null.best is None or null.clock != reference.clock or reference.best is None:
+        return 0.0
+    refs, nulls = reference.times, null.times
+    if nulls and len(refs) == len(nulls) + 1:
+        ratios = []
+        for n, before, after in zip(nulls, refs, refs[1:]):
+            work = (before + after) / 2 - n
+            ratios.append(n / work if work > 0 else float("inf"))
+        return _median(ratios)
+    work = reference.best - null.best
+    return null.best / work if work > 0 else float("inf")
+
+
 def window_efficiency(program: Timing, reference: Timing, null: Timing) -> float | None:
     """The program's efficiency from its window: 0 where a run of the program failed; ``None``
     where the window is ``disturbed`` (or cannot be read); else :func:`window_score`."""
