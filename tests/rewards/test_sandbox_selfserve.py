@@ -2,7 +2,7 @@
 judge's pipe (its top level answers every request itself, skipping the trusted server's work)
 pays less harness time than the null program, down to the problem's bare program (one read and
 one write per request). The most it can save, as a share of the reference's work, is deducted
-from every score, and where that share is over ``max_harness_share`` (0.10) the problem is not
+from every score, and where that share is over ``max_harness_share`` (0.15) the problem is not
 scored: the reference's own algorithm served this way scores no more than an exact copy, and at
 most 0.10."""
 
@@ -24,9 +24,9 @@ def f(n):
 '''
 # The reference's algorithm, with the candidate's end of the pipe served by the program itself:
 # the sandbox's own frames and wire encoding, without the trusted server's flushing around
-# every call. A call's arguments come as the judge's marshal of them.
+# every call. A call's arguments come as the judge's pickle of them.
 SELF_SERVED = ALGORITHM + '''
-import marshal, os, struct, sys
+import os, pickle, struct, sys
 wire = sys.modules.get("_mrgrpo_sandbox.wire")
 def read_exact(k):
     data = b""
@@ -47,16 +47,16 @@ if wire is not None:
         if kind == b"R":
             send(b"O", wire.encode(tuple(("f", "") for _ in wire.decode(payload))))
         elif kind == b"C":
-            name, args, kwargs = marshal.loads(payload)
+            name, args, kwargs = pickle.loads(payload)
             send(b"O", wire.encode(f(*args)))
         else:
             os._exit(0)
 '''
 # The leanest server a program can write: one read per request, the arguments read with
-# marshal, the reply (an int) packed by hand and written with one write.
+# pickle's C loader, the reply (an int) packed by hand and written with one write.
 LEAN = ALGORITHM + '''
 import sys
-from marshal import loads
+from _pickle import loads
 from posix import read, write, _exit
 from struct import Struct
 pack = Struct(">IBBq").pack
@@ -109,7 +109,7 @@ def test_self_served_reference_is_paid_no_more_than_a_copy():
         print("self-served efficiency (self-served x2, lean x2, copy):", got["efficiency"])
         assert got["pass"] == [1.0] * 5
         assert all(e is None or e <= 0.10 for e in got["efficiency"]), (tests[:40], got)
-        if tests is MEDIUM:  # scored there (the share a self-served pipe could gain is under 0.10)
+        if tests is MEDIUM:  # scored there (the share a self-served pipe could gain is a few percent)
             assert any(e is not None for e in got["efficiency"][:4]), got
     # the control: without the bound and its deduction the same programs are paid for the
     # harness they skipped

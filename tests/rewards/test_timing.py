@@ -70,14 +70,14 @@ def test_the_harness_ratio_of_a_window_holds_round_by_round():
 
 
 def test_what_a_self_served_pipe_could_save_is_deducted_or_abstains():
-    state = CodeRewardState(CodeExecutor(LIMITS), True)  # max_harness_share 0.10
+    state = CodeRewardState(CodeExecutor(LIMITS), True)  # max_harness_share 0.15
     # steady window, program at half the reference's own work: 1 - 11/22 = 0.5; the null program is
     # 2/22 of the work, of which the bare program could skip 40%: 0.036 deducted
     program, reference, null = window([0.024] * 4, [0.013] * 3, nulls=[0.002] * 3, floors=(0.024, 0.002))
     assert window_efficiency(program, reference, null) == pytest.approx(0.5)
     assert state.score(reference, null, program, 0.4) == pytest.approx(0.5 - 0.4 * 2 / 22)
     assert state.score(reference, null, program, 0.0) == pytest.approx(0.5)
-    # all of it avoidable: 2/22 = 0.09 <= 0.10, deducted; a null program of 4 ms (4/20 = 0.2 > 0.10) abstains
+    # all of it avoidable: 2/22 = 0.09 <= 0.15, deducted; a null program of 4 ms (4/20 = 0.2 > 0.15) abstains
     assert state.score(reference, null, program) == pytest.approx(0.5 - 2 / 22)
     program, reference, null = window([0.024] * 4, [0.014] * 3, nulls=[0.004] * 3, floors=(0.024, 0.004))
     assert state.score(reference, null, program, 1.0) is None

@@ -44,7 +44,7 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 such conditions. Less what a program serving the judge's pipe itself could
                 save (the null program's time beyond the problem's *bare program*, a share
                 of ``t_ref - t_null``); ``None`` where that share is over
-                ``max_harness_share`` (0.10). See docs/sandbox.md for the noise and what
+                ``max_harness_share`` (0.15). See docs/sandbox.md for the noise and what
                 holds under load
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
@@ -213,6 +213,18 @@ def _footprint(key: tuple, *values: object) -> int:
     return size
 
 
+def _avoidable(null: Timing, bare: Timing) -> float:
+    """``1 - t_bare / t_null`` over interleaved runs: the median over rounds (each null run and the
+    bare run after it met the same conditions, whatever the machine's speed), at least 0; 1
+    (all of it) where the bare program has no time to compare."""
+    if (null.best is None or bare.best is None or bare.clock != null.clock or len(bare.times) != len(null.times)
+            or not all(null.times)):
+        return 1.0
+    ratios = sorted(1.0 - b / n for n, b in zip(null.times, bare.times))
+    middle = len(ratios) // 2
+    return max(0.0, ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2)
+
+
 class CodeExecutor:
     """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``
     entries and ``cache_bytes`` bytes (a result keeps up to ``Limits.output_bytes`` of each of
@@ -337,8 +349,7 @@ class CodeExecutor:
                 for key, (nulls, bares) in got.items():
                     self._timings[key] = null = Timing.of(nulls)
                     bare = Timing.of(bares) if bares else Timing(None, None, None, 0)
-                    self._avoidable[key] = (max(0.0, 1.0 - bare.best / null.best)
-                                            if null.best and bare.best is not None and bare.clock == null.clock else 1.0)
+                    self._avoidable[key] = _avoidable(null, bare)
             for key in todo:
                 self._timings.setdefault(key, Timing(None, None, None, 0))
                 self._held(key)
@@ -346,8 +357,8 @@ class CodeExecutor:
 
     def harness(self, references: Sequence[Job]) -> list[float]:
         """Per reference job (call :meth:`nulls` first): the share of its null program's time that
-        a program could skip by serving the judge's pipe itself, ``1 - t_bare / t_null`` (best
-        times of their interleaved runs); 1 where the bare program could not be timed (all of
+        a program could skip by serving the judge's pipe itself, ``1 - t_bare / t_null`` (the
+        median over their interleaved rounds); 1 where the bare program could not be timed (all of
         the harness counted as avoidable), 0 where there is no null program (``t_null`` is 0)."""
         out = []
         with self._lock:
@@ -522,7 +533,7 @@ class CodeRewardState:
     where ``min_reference_s`` is 0)."""
 
     def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3,
-                 max_harness_share: float | None = 0.10):
+                 max_harness_share: float | None = 0.15):
         self.executor = executor
         self.time_reference = time_reference
         self.min_reference_s = min_reference_s
@@ -674,7 +685,7 @@ def code_suite(
     min_reference_s: float = 1e-3,
     extra_repeats: int = 6,
     cache_bytes: int = 128 << 20,
-    max_harness_share: float | None = 0.10,
+    max_harness_share: float | None = 0.15,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 

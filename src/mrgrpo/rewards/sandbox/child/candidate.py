@@ -7,6 +7,8 @@ the audit guards (:func:`_install_guard`), then runs the untrusted program and s
 judge's requests.
 """
 
+from _pickle import loads as _unpickle
+
 from .confine import confine
 from .io import _read_exact, _send
 from .wire import decode, encode
@@ -226,7 +228,7 @@ def _candidate_main(read):
         program, compile_error = None, error
     _send(4, b"H", ",".join(layers + ["guards"]).encode())  # ready: what follows is timed
 
-    loads, read_fd = marshal.loads, posix.read
+    loads, read_fd = _unpickle, posix.read
 
     def flush(restore=True):
         # The sandbox's own code has builtins of its own (a copy: see launcher.STUB_PREFIX), so a
@@ -268,7 +270,7 @@ def _candidate_main(read):
             return
         try:
             if kind == b"C":  # first: the one request made per call
-                name, args, kwargs = loads(payload)  # the judge's marshal of a plain value
+                name, args, kwargs = loads(payload)  # the judge's pickle of a plain value
                 try:
                     value = namespace[name](*args, **kwargs)
                 except BaseException as error:
