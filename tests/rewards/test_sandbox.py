@@ -420,13 +420,15 @@ def test_guards_alone_without_privileges(monkeypatch, tmp_path):
     program = f"""
         import os, socket, subprocess
         for attempt in (lambda: open({str(outside)!r}, "w"), lambda: socket.socket(),
-                        lambda: os.fork(), lambda: subprocess.run(["true"]), lambda: os.kill(os.getppid(), 9)):
+                        lambda: os.fork(), lambda: subprocess.run(["true"]), lambda: os.kill(os.getppid(), 9),
+                        lambda: os.listdir("/proc"), lambda: os.scandir("/")):  # the host's pids, its tree
             try:
                 attempt()
                 raise SystemExit("allowed")
             except OSError:
                 pass
         open("inside.txt", "w").write("ok")
+        assert "inside.txt" in os.listdir(".")  # its own directory lists
     """ + GOOD
     before = leftovers()
     result = run(job(program))

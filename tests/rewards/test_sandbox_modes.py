@@ -559,6 +559,7 @@ def test_every_privilege_mode(mode, workspace):
     assert seen.startswith("SEEN ") and seen.split(None, 2)[2].startswith("{} PATHS "), seen  # no call saw another process
     if "chroot" in layers:  # a private root has no /proc: nothing else to see either
         assert seen.split(" PATHS ", 1)[1].startswith("{}"), seen
+    assert "listdir" not in seen.split(" PATHS ", 1)[1], seen  # without one, /proc is not listed (Landlock, guards)
     with open(os.path.join(top, "root-owned")) as handle:
         assert handle.read() == "untouched"
     assert got["signals"] == []  # the caller never received a signal

@@ -169,6 +169,11 @@ def _install_guard(workdir, stdlib, guards_only):
             # land anywhere from a directory fd (writes relative to one: seccomp refuses them).
             if guards_only and type_(path) in (str, bytes) and climbs(path, 0):
                 deny("a relative path climbing out of its directory")
+        elif guards_only and event in ("os.listdir", "os.scandir"):
+            # Listing is reading a directory: not outside what it may read (the host's /proc
+            # among others: its pids). Landlock refuses it too, where present.
+            if args and args[0] is not None and not readable(args[0]):
+                deny("listing a directory outside the standard library and the working directory")
         elif event in _AT_EVENTS:
             for at, fd_at in _AT_EVENTS[event]:
                 if at < len(args) and not inside_at(args[at], args[fd_at] if fd_at < len(args) else None):
