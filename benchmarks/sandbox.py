@@ -196,7 +196,7 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
               f"{(null.median or 0) * 1e3:5.2f}; avoidable by a self-served pipe {avoidable:.0%} of it, "
               f"about {share:.3f} of the work by the best times; deducted as measured in each window)  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
               f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]"
-              f"{f'  ({dropped} trials unscored: under the floor, or disturbed)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
+              f"{f'  ({dropped} trials unscored: under the floor, disturbed, or a self-served share over the bound)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)
     if unscored:
         long = [u for u in unscored if u[1] >= 1e-3]
