@@ -236,6 +236,10 @@ def advantages(
         )
     if not columns:
         _fail("no estimator left to run")
+    for name in columns:  # (an estimator whose state moves with a signal from the policy update, e.g. ctwa)
+        if mrgrpo.get_estimator(name).signal is not None:
+            notes.print(escape(f"{name}: no policy update in a rollout file: the on-policy limit (s = A) stands in for "
+                               "the policy signal; the advantages use the initial weights"), soft_wrap=True)
     for key, value in options.items():
         takers = [n for n in columns if key in mrgrpo.get_estimator(n).options]
         if len(takers) < len(columns):

@@ -52,9 +52,9 @@ def _oracle(rewards_by_step, ids, weights, signals, options):
 
 
 OPTIONS = [
-    {"cov_targets": [0.3, 0.2, 0.25], "obj_targets": None},
+    {"cov_targets": [0.3, 0.2, 0.25], "gate_by_obj_targets": False},
     {"cov_targets": 0.4, "obj_targets": [0.6, 10.0, 10.0], "ema_tau": 0.3, "lr": 0.5},
-    {"cov_targets": [0.9, 0.5, 0.7], "use_corr_target": True, "obj_targets": None, "base": "grpo", "lr": 0.1},
+    {"cov_targets": [0.9, 0.5, 0.7], "use_corr_target": True, "gate_by_obj_targets": False, "base": "grpo", "lr": 0.1},
     {"cov_targets": [0.3, 0.2, 0.25], "obj_targets": [0.0, 0.0, 0.0], "gate_by_obj_targets": False, "ema_tau": 1.0},
 ]
 
@@ -94,7 +94,7 @@ def test_float32_rewards_follow_the_oracle(rel_error):
     ids = np.repeat(np.arange(10), 6)
     steps = [np.stack([rng.integers(0, 2, 60), rng.random(60), rng.random(60)], axis=1) for _ in range(4)]
     signals = [_signal(rng, 60, outliers=False) for _ in steps]
-    options = {"cov_targets": 0.3, "obj_targets": None, "lr": 0.3}
+    options = {"cov_targets": 0.3, "gate_by_obj_targets": False, "lr": 0.3}
     ours = _run(steps, ids, [1.0, 1.0, 2.0], signals, options, dtype=torch.float32)
     expected = _oracle([s.astype(np.float32).astype(np.float64) for s in steps], ids, [1.0, 1.0, 2.0], signals, options)
     for (adv, state), (adv_ref, log_w, _) in zip(ours, expected):
@@ -106,7 +106,7 @@ def test_a_step_uses_the_weights_before_its_own_update():
     rng = np.random.default_rng(2)
     ids = np.repeat(np.arange(8), 4)
     rewards = rng.random((32, 3))
-    options = {"cov_targets": 1.0, "obj_targets": None, "lr": 1.0}
+    options = {"cov_targets": 1.0, "gate_by_obj_targets": False, "lr": 1.0}
     first, state = mrgrpo.compute_advantages_with_state(rewards, ids, "ctwa", [0.2, 0.3, 0.5], **options)
     again, _ = mrgrpo.compute_advantages_with_state(rewards, ids, "ctwa", [0.2, 0.3, 0.5], **options)
     torch.testing.assert_close(first, again)  # (the update did not reach its own step)
@@ -122,7 +122,7 @@ def test_without_a_trainer_it_takes_the_on_policy_limit_and_says_so():
     rng = np.random.default_rng(3)
     ids = np.repeat(np.arange(6), 5)
     rewards = rng.random((30, 3))
-    options = {"cov_targets": 0.5, "obj_targets": None, "lr": 0.2}
+    options = {"cov_targets": 0.5, "gate_by_obj_targets": False, "lr": 0.2}
     adv, state = mrgrpo.compute_advantages_with_state(rewards, ids, "ctwa", [1.0, 1.0, 1.0], **options)
     assert state["signal"] == "on_policy_limit"
     log_w, ema = reference.ctwa_update(list(np.log([1 / 3] * 3)), None, rewards, list(ids), adv.numpy(), **options)
@@ -136,7 +136,7 @@ def test_state_round_trip_resumes_exactly():
     rng = np.random.default_rng(4)
     ids = np.repeat(np.arange(5), 4)
     batches = [rng.random((20, 3)) for _ in range(4)]
-    options = {"cov_targets": 0.5, "obj_targets": None, "lr": 0.3}
+    options = {"cov_targets": 0.5, "gate_by_obj_targets": False, "lr": 0.3}
     state, straight = None, []
     for rewards in batches:
         adv, state = mrgrpo.compute_advantages_with_state(rewards, ids, "ctwa", None, state=state, **options)
@@ -191,13 +191,26 @@ def test_bad_options_raise_one_line(options, message):
     assert "\n" not in str(error.value)
 
 
-def test_defaults_are_the_official_configs_for_three_components_and_asked_for_otherwise():
+def test_defaults_are_the_official_configs_first_component_then_the_others():
     spec = get_estimator("ctwa")
-    assert spec.options["cov_targets"] == (0.1, 0.05, 0.05) and spec.options["obj_targets"] == (1.0, 0.95, 0.95)
+    assert spec.options["cov_targets"] is None and spec.options["obj_targets"] is None
     assert spec.options["ema_tau"] == 0.1 and spec.options["lr"] == 0.02 and spec.options["base"] == "reinforce_pp"
-    mrgrpo.compute_advantages(np.random.default_rng(0).random((8, 3)), [0] * 4 + [1] * 4, "ctwa")
-    with pytest.raises(ConfigError, match="official config's, for three components"):
-        mrgrpo.compute_advantages(np.random.default_rng(0).random((8, 2)), [0] * 4 + [1] * 4, "ctwa")
+    assert spec.options["use_corr_target"] is False and spec.options["gate_by_obj_targets"] is True
+    from mrgrpo.estimators.ctwa import per_component
+
+    assert per_component(None, 3, "cov_targets") == [0.1, 0.05, 0.05]  # the official config's three
+    assert per_component(None, 3, "obj_targets") == [1.0, 0.95, 0.95]
+    assert per_component(None, 2, "cov_targets") == [0.1, 0.05] and per_component(None, 4, "obj_targets") == [1.0, 0.95, 0.95, 0.95]
+    rng = np.random.default_rng(6)
+    for k in (2, 4):
+        ids = np.repeat(np.arange(5), 4)
+        rewards = rng.random((20, k))
+        rewards[:, 0] = 1.0  # component 0 meets its default obj_target (1.0): gated
+        _, state = mrgrpo.compute_advantages_with_state(rewards, ids, "ctwa", None, lr=1.0)
+        log_w, ema = reference.ctwa_update(list(np.log([1 / k] * k)), None, rewards, list(ids),
+                                           reference.ctwa(rewards, list(ids)), lr=1.0)
+        np.testing.assert_allclose(state["log_weights"], log_w, rtol=0, atol=1e-9)
+        assert state["deficit"]["0"] == 0.0
 
 
 @pytest.mark.parametrize("weights", [[1.0, -1.0, 1.0], [0.0, 0.0, 0.0]])
@@ -231,6 +244,6 @@ def test_mrgrpo_estimators_lists_it_with_its_options():
     result = CliRunner().invoke(app, ["estimators", "--json"])
     assert result.exit_code == 0, result.output
     row = next(r for r in json.loads(result.output) if r["name"] == "ctwa")
-    assert row["options"]["cov_targets"] == [0.1, 0.05, 0.05] and row["options"]["lr"] == 0.02
+    assert row["options"]["cov_targets"] is None and row["options"]["lr"] == 0.02 and row["options"]["ema_tau"] == 0.1
     assert set(row["options"]) == {"base", "cov_targets", "obj_targets", "use_corr_target", "gate_by_obj_targets", "ema_tau", "lr"}
     assert row["traits"]["stateful"] and row["traits"]["signal"] == "clipped_ratio_advantage"

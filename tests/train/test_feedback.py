@@ -23,7 +23,7 @@ from .conftest import tiny_grpo_config
 from .test_parity import ScriptedReward
 
 N = 8  # rollouts per step: 2 prompts x 4 generations
-OPTIONS = {"cov_targets": [0.5, 0.4, 0.3], "obj_targets": None, "lr": 0.5, "ema_tau": 0.5}
+OPTIONS = {"cov_targets": [0.5, 0.4, 0.3], "gate_by_obj_targets": False, "lr": 0.5, "ema_tau": 0.5}
 WEIGHTS = [0.5, 0.3, 0.2]
 
 
@@ -156,3 +156,36 @@ def test_an_estimator_without_feedback_holds_nothing(tmp_path):
     trainer.train()
     assert trainer._pending_feedback is None and trainer.last_policy_signal is None
     assert not any("mrgrpo/feedback_seconds" in entry for entry in trainer.state.log_history)
+
+
+@pytest.mark.slow  # (two processes under torchrun, about a minute on 2 cores)
+def test_two_processes_gather_the_signal_of_the_whole_batch_and_keep_one_state(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("feedback_two_processes.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2] / "src"), env.get("PYTHONPATH", "")])
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script), str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2] and len(ranks[0]["record"]) == 2
+    options = {"cov_targets": [0.5, 0.4, 0.3], "gate_by_obj_targets": False, "lr": 0.5, "ema_tau": 0.5}  # (the script's)
+    for first, second in zip(ranks[0]["record"], ranks[1]["record"]):
+        # the signal of the whole gathered batch, process 0's rows first, the same on both
+        assert len(first["signal"]) == 8 and first["signal"] == second["signal"]
+        np.testing.assert_allclose(first["signal"], first["local_signal"] + second["local_signal"], rtol=0, atol=1e-12)
+        assert first["rewards"] == second["rewards"] and first["state_after"] == second["state_after"]
+        before = first["state_before"]
+        log_w = list(np.log([0.5, 0.3, 0.2])) if before is None else before["log_weights"]
+        expected, ema = reference.ctwa_update(log_w, None if before is None else before["ema"], np.array(first["rewards"]),
+                                              list(np.arange(8) // 4), np.array(first["signal"]), **options)
+        # (1e-6: TRL holds the weights in float32, the oracle starts from 0.5, 0.3, 0.2 exactly)
+        np.testing.assert_allclose(first["state_after"]["log_weights"], expected, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(first["state_after"]["ema"], ema, rtol=0, atol=1e-6)

@@ -46,9 +46,11 @@ NAME = "ctwa"
 BASES = ("reinforce_pp", "grpo")
 #: The signal CTWA asks the trainer for (see :data:`mrgrpo.estimators.registry.SIGNALS`).
 SIGNAL = "clipped_ratio_advantage"
-#: The source's defaults, for its three objectives (``ppo_trainer_multiobjective.yaml``).
-DEFAULT_COV_TARGETS = (0.1, 0.05, 0.05)
-DEFAULT_OBJ_TARGETS = (1.0, 0.95, 0.95)
+#: The source's defaults for its three objectives, accuracy first (``ppo_trainer_multiobjective.yaml``:
+#: ``cov_targets [0.1, 0.05, 0.05]``, ``obj_targets [1.0, 0.95, 0.95]``): the first component's
+#: value and the others' (the options' ``None``, for any K).
+DEFAULT_COV_TARGETS = (0.1, 0.05)
+DEFAULT_OBJ_TARGETS = (1.0, 0.95)
 #: A rollout whose ``|s|`` exceeds this many times the batch's median ``|s|`` is left out.
 OUTLIER_FACTOR = 100.0
 #: A group's correlation counts where ``std(r_k)·std(s)`` exceeds this (the source's ``eps``).
@@ -61,11 +63,13 @@ GRPO_EPS = 1e-6
 WEIGHT_FLOOR = 1e-8
 
 
-def per_component(value: Any, k: int | None, option: str, *, allow_none: bool = False) -> list[float] | None:
-    """A number (for every component) or one number per component, as ``k`` floats;
-    ``None`` (where allowed) means no target, ``+inf`` each. ``k=None``: check the values only."""
-    if value is None and allow_none:
-        return None if k is None else [math.inf] * k
+def per_component(value: Any, k: int | None, option: str) -> list[float] | None:
+    """A number (for every component) or one number per component, as ``k`` floats; ``None``:
+    the official config's (:data:`DEFAULT_COV_TARGETS`, :data:`DEFAULT_OBJ_TARGETS`: its first
+    value for component 0, its second for the others). ``k=None``: check the values only."""
+    if value is None:
+        first, rest = DEFAULT_COV_TARGETS if option == "cov_targets" else DEFAULT_OBJ_TARGETS
+        return None if k is None else [first] + [rest] * (k - 1)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = number_option(value, option, NAME)
         return None if k is None else [number] * k
@@ -75,10 +79,8 @@ def per_component(value: Any, k: int | None, option: str, *, allow_none: bool = 
         raise ConfigError(f"{NAME}: {option} must be a number or one number per component, got {value!r}")
     numbers = [number_option(v, option, NAME) for v in value]
     if k is not None and len(numbers) != k:
-        hint = " (the default is the official config's, for three components)" if tuple(value) in (
-            DEFAULT_COV_TARGETS, DEFAULT_OBJ_TARGETS) else ""
         raise ConfigError(
-            f"{NAME}: {option} has {len(numbers)} entries but there are {k} components{hint}: "
+            f"{NAME}: {option} has {len(numbers)} entries but there are {k} components: "
             "give one number for all, or one per component"
         )
     return numbers
@@ -88,16 +90,12 @@ def _validate(options: dict, num_components: int | None) -> None:
     given(options, {
         "base": lambda v: choice_option(v, "base", BASES, NAME),
         "cov_targets": lambda v: per_component(v, num_components, "cov_targets"),
-        "obj_targets": lambda v: per_component(v, num_components, "obj_targets", allow_none=True),
+        "obj_targets": lambda v: per_component(v, num_components, "obj_targets"),
         "use_corr_target": lambda v: check_bool(v, "use_corr_target", NAME),
         "gate_by_obj_targets": lambda v: check_bool(v, "gate_by_obj_targets", NAME),
         "ema_tau": lambda v: number_option(v, "ema_tau", NAME, low=0.0, high=1.0),
         "lr": lambda v: number_option(v, "lr", NAME, low=0.0),
     })
-    if num_components is not None:
-        for option, default in (("cov_targets", DEFAULT_COV_TARGETS), ("obj_targets", DEFAULT_OBJ_TARGETS)):
-            if option not in options:
-                per_component(list(default), num_components, option)
 
 
 def initial_log_weights(weights: Tensor) -> list[float]:
@@ -256,7 +254,7 @@ def _options(k: int, base: Any, cov_targets: Any, obj_targets: Any, use_corr_tar
     return (
         choice_option(base, "base", BASES, NAME),
         per_component(cov_targets, k, "cov_targets"),  # type: ignore[return-value]
-        per_component(obj_targets, k, "obj_targets", allow_none=True),  # type: ignore[return-value]
+        per_component(obj_targets, k, "obj_targets"),  # type: ignore[return-value]
         check_bool(use_corr_target, "use_corr_target", NAME),
         check_bool(gate_by_obj_targets, "gate_by_obj_targets", NAME),
         number_option(ema_tau, "ema_tau", NAME, low=0.0, high=1.0),
@@ -266,7 +264,7 @@ def _options(k: int, base: Any, cov_targets: Any, obj_targets: Any, use_corr_tar
 
 def ctwa_feedback(
     rewards: Tensor, groups: Groups, weights: Tensor, signal: Tensor, state: dict[str, Any] | None, *,
-    base: str = "reinforce_pp", cov_targets: Any = DEFAULT_COV_TARGETS, obj_targets: Any = DEFAULT_OBJ_TARGETS,
+    base: str = "reinforce_pp", cov_targets: Any = None, obj_targets: Any = None,
     use_corr_target: bool = False, gate_by_obj_targets: bool = True, ema_tau: float = 0.1, lr: float = 0.02,
     source: str = "policy",
 ) -> dict[str, Any]:
@@ -287,7 +285,7 @@ def ctwa_feedback(
 
 @register_estimator(
     NAME, combine="other", batch_norm=True, validate=_validate,
-    example_options={"cov_targets": 0.05, "obj_targets": None},
+    example_options={"cov_targets": 0.05, "gate_by_obj_targets": False},
     signal=SIGNAL, feedback=ctwa_feedback,
 )
 def ctwa(
@@ -296,8 +294,8 @@ def ctwa(
     weights: Tensor,
     *,
     base: str = "reinforce_pp",
-    cov_targets: Any = DEFAULT_COV_TARGETS,
-    obj_targets: Any = DEFAULT_OBJ_TARGETS,
+    cov_targets: Any = None,
+    obj_targets: Any = None,
     use_corr_target: bool = False,
     gate_by_obj_targets: bool = True,
     ema_tau: float = 0.1,
@@ -322,10 +320,11 @@ def ctwa(
         base: ``"reinforce_pp"`` (the official script's: ``(T − mean)/sqrt(var + 1e-8)`` over
             the batch, unbiased ``var``) or ``"grpo"`` (``(T − mean_g)/(std_g + 1e-6)``).
         cov_targets: the target of each component's covariance (or correlation) with ``s``: a
-            number or K numbers; default the official config's ``[0.1, 0.05, 0.05]`` (K = 3).
+            number or K numbers; ``None`` (default): the official config's, 0.1 for component 0
+            and 0.05 for the others (``[0.1, 0.05, 0.05]`` for its three objectives, accuracy first).
         obj_targets: a component whose batch mean reaches its target gets no increase (with
-            ``gate_by_obj_targets``); a number, K numbers or ``None`` (no gate); default the
-            official config's ``[1.0, 0.95, 0.95]`` (K = 3).
+            ``gate_by_obj_targets``): a number or K numbers; ``None`` (default): the official
+            config's, 1.0 for component 0 and 0.95 for the others.
         use_corr_target: track the correlation instead of the covariance (default false).
         gate_by_obj_targets: apply the ``obj_targets`` gate (default true).
         ema_tau: the EMA's τ in ``[0, 1]`` (default 0.1; the first statistic initializes it).

@@ -372,8 +372,8 @@ def gdpo_loo(rewards, group_ids, weights=None, leave_one_out=True, eps=1e-6, bat
 
 
 def _ctwa_targets(value, k, default):
-    if value is None:
-        return [np.inf] * k
+    if value is None:  # the official config's: its first value for component 0, its second for the rest
+        return [default[0]] + [default[1]] * (k - 1)
     return [float(value)] * k if np.isscalar(value) else [float(v) for v in value]
 
 
@@ -437,15 +437,15 @@ def ctwa_statistics(rewards, group_ids, signal) -> dict:
     }
 
 
-def ctwa_update(log_weights, ema, rewards, group_ids, signal, cov_targets=(0.1, 0.05, 0.05),
-                obj_targets=(1.0, 0.95, 0.95), use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
+def ctwa_update(log_weights, ema, rewards, group_ids, signal, cov_targets=None,
+                obj_targets=None, use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
                 lr=0.02) -> tuple[list[float], list[float]]:
     """One CTWA weight update (the official ``_ctwa_update_weights_from_metrics``), as loops:
     returns the new ``(log_weights, ema)``; ``ema=None`` on the first update."""
     stats = ctwa_statistics(rewards, group_ids, signal)
     k_count = len(log_weights)
-    targets = _ctwa_targets(cov_targets, k_count, None)
-    caps = _ctwa_targets(obj_targets, k_count, None)
+    targets = _ctwa_targets(cov_targets, k_count, (0.1, 0.05))
+    caps = _ctwa_targets(obj_targets, k_count, (1.0, 0.95))
     v = stats["corr"] if use_corr_target else stats["cov"]
     new_ema = list(v) if ema is None else [(1 - ema_tau) * e + ema_tau * x for e, x in zip(ema, v)]
     out = []
@@ -455,8 +455,8 @@ def ctwa_update(log_weights, ema, rewards, group_ids, signal, cov_targets=(0.1, 
     return out, new_ema
 
 
-def ctwa(rewards, group_ids, weights=None, base="reinforce_pp", cov_targets=(0.1, 0.05, 0.05),
-         obj_targets=(1.0, 0.95, 0.95), use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
+def ctwa(rewards, group_ids, weights=None, base="reinforce_pp", cov_targets=None,
+         obj_targets=None, use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
          lr=0.02) -> np.ndarray:
     """CTWA's first step: the base advantages with the initial weights ``max(w/Σw, 1e-8)``."""
     rewards = np.asarray(rewards, dtype=np.float64)
