@@ -209,9 +209,9 @@ def test_binary_rewards_at_extreme_magnitudes_stay_finite(rel_error):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_contiguous_path_falls_back_where_the_others_std_leaves_the_safe_window(rel_error, dtype, monkeypatch):
+def test_contiguous_recomputation_falls_back_where_the_others_std_leaves_the_safe_window(rel_error, dtype, monkeypatch):
     # A flagged row (the others all but equal) whose others differ by 1e-20: their squares
-    # leave float32's safe window, so the contiguous fast path hands over to the general one.
+    # leave float32's safe window, so the contiguous recomputation hands over to the general one.
     import mrgrpo.estimators.gdpo_loo as module
 
     refused = []

@@ -51,11 +51,6 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
         return d / rows(torch.where(std > 0, std + eps, torch.ones_like(std))), has_nan
     if isinstance(count, float) and count <= 2:  # every group of two (or one): s = 0
         return d.mul_(2.0 if count == 2 else 0.0) / (1.0 if moments.scale is None else groups.spread(moments.scale)), has_nan
-    if isinstance(count, float) and groups.block_size is not None and moments.scale is None:
-        scores = _block_scores(rewards, groups, d, moments.sum_sq, count, eps)
-        if scores is not None:
-            return scores, has_nan
-        d = group_moments(rewards, groups).centered  # (the path above overwrote the centered values)
     others = count - 1
     if isinstance(count, float):
         factor, ratio = count / others, (count - 1) / (count * (count - 2))
@@ -85,36 +80,6 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
         scores.nan_to_num_(nan=0.0)
     _recompute_flagged(scores, a, excess, rewards, groups, eps, has_nan)
     return scores, has_nan
-
-
-def _block_scores(rewards: Tensor, groups: Groups, d: Tensor, sum_sq: Tensor, n: float, eps: float) -> Tensor | None:
-    """:func:`loo_scores` for contiguous groups of one size ``n >= 3`` without NaN (every
-    trainer's batch), from the centered values ``d`` ``[num_groups, n, K]`` (overwritten) and
-    the groups' ``M2`` ``[num_groups, 1, K]``: the same formulas, but each per-group statistic
-    is first tiled to the rows' shape with a 0/1 matrix product (exact: each output is one
-    product by 1 plus zeros), so that every following step is a plain elementwise pass (a
-    broadcast along a short last axis is several times slower on the CPU), and the entries
-    with ``excess < 0`` are found with one flat pass. ``None`` where the recomputation of a
-    flagged entry leaves the safe window (the caller takes the general path, with ``d`` computed again)."""
-    num, size, k = d.shape
-    tile = torch.zeros(k, size * k, dtype=d.dtype, device=d.device)
-    tile[torch.arange(k, device=d.device).repeat(size), torch.arange(size * k, device=d.device)] = 1.0
-    base = (sum_sq.reshape(num, k) / (n - 2)) @ tile  # [num_groups, n·K]: M2/(n − 2) on every row
-    a = d.reshape(num, size * k).mul_(n / (n - 1))
-    variance = torch.addcmul(base, a, a, value=-(n - 1) / (n * (n - 2)))
-    excess = base.mul_(-DOWNDATE_SHARE).add_(variance)  # (base is not needed again)
-    scores = a / variance.sqrt_().add_(eps)
-    if eps == 0:
-        scores.nan_to_num_(nan=0.0)
-    if float(excess.amin()) < 0:
-        flat = (excess.view(-1) < 0).nonzero().squeeze(1)  # (at most one row per group and component)
-        column, row = flat % k, flat // k
-        group, member = row // size, row % size
-        std = _others_std(groups.rows(rewards)[group, :, column], member)
-        if std is None:
-            return None
-        scores.view(-1)[flat] = _divide(a.view(-1)[flat], std.to(a.dtype), eps)
-    return scores.view(num, size, k)
 
 
 def _recompute_flagged(

@@ -36,7 +36,8 @@ log-probabilities: TRL's ``old_per_token_logps`` where TRL computes them, else o
 forward pass at generation time, before any update; the clip test with GRPOConfig's
 ``epsilon``/``epsilon_high``), gathers ``s`` over all processes in the rewards' order and hands it
 to :func:`~mrgrpo.estimators.registry.apply_feedback`, whose state the next generation batch
-uses and the checkpoint saves. Its cost is logged as ``mrgrpo/feedback_seconds``.
+uses and the checkpoint saves. Its cost (both forward passes and the update) is logged once per
+generation batch as ``mrgrpo/feedback_seconds``.
 """
 
 from __future__ import annotations
@@ -397,8 +398,8 @@ class MultiRewardMixin:
             **step, "input_ids": input_ids, "attention_mask": attention_mask, "mask": mask,
             "logits_to_keep": completion_ids.size(1), "old_logps": old.detach(),
             "advantages": output["advantages"].detach(), "done_at": self._step + generate_every,
+            "seconds": time.perf_counter() - start,  # (the sampling policy's forward, if it ran)
         }
-        self._metrics["train"]["mrgrpo/feedback_seconds"].append(time.perf_counter() - start)
 
     def _policy_logps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
         """Per-token log-probabilities of the current policy (no grad), as TRL's loss computes them."""
@@ -437,7 +438,7 @@ class MultiRewardMixin:
             pending["state"], signal,
         )
         metrics = self._metrics["train"]
-        metrics["mrgrpo/feedback_seconds"].append(time.perf_counter() - start)
+        metrics["mrgrpo/feedback_seconds"].append(pending["seconds"] + time.perf_counter() - start)
         for key, value in flatten_scalars(self.estimator_state, "mrgrpo/state").items():
             metrics[key].append(value)
 
