@@ -32,8 +32,8 @@ micro-step that trains on the batch has run and the optimizer has stepped (a cal
 ``on_step_end``, before the checkpoint is saved), it runs one extra no-grad forward pass of the
 updated policy over those rows, computes ``s_i = mean_t Â_i·ρ_it·1[unclipped]`` over the loss
 mask (:data:`~mrgrpo.estimators.registry.SIGNALS`; ``ρ`` against the sampling policy's
-log-probabilities: TRL's ``old_per_token_logps`` where TRL computes them, else one more no-grad
-forward pass at generation time, before any update; the clip test with GRPOConfig's
+log-probabilities: TRL's ``old_per_token_logps`` where TRL computes them, else those of the
+loss's own forward passes, captured row by row before the optimizer steps; the clip test with GRPOConfig's
 ``epsilon``/``epsilon_high``), gathers ``s`` over all processes in the rewards' order and hands it
 to :func:`~mrgrpo.estimators.registry.apply_feedback`, whose state the next generation batch
 uses and the checkpoint saves. Its cost (both forward passes and the update) is logged once per
@@ -70,6 +70,8 @@ from mrgrpo.train.host import ESTIMATOR_STATE_FILE, check_given_binding, read_es
 from mrgrpo.train.shared_prefix import PromptSharingMixin
 
 GRPOTrainer, _ = trl_compat.import_grpo()
+#: Key of the row index a feedback estimator's training batch carries through TRL's shuffle and split.
+ROW_KEY = "mrgrpo_row"
 from transformers import TrainerCallback  # noqa: E402  (after the check that TRL, and so transformers, is installed)
 
 
@@ -301,6 +303,7 @@ class MultiRewardMixin:
         # A feedback estimator's pending batch (see the module docstring), and its signal's last value.
         self._pending_feedback: dict[str, Any] | None = None
         self._feedback_step: dict[str, Any] | None = None
+        self._capture_logps: tuple[torch.Tensor, torch.Tensor] | None = None
         self.last_policy_signal: torch.Tensor | None = None
         if self._spec.feedback is not None:
             self.add_callback(_FeedbackCallback(self))
@@ -391,15 +394,41 @@ class MultiRewardMixin:
             mask = mask * output["tool_mask"]
         start = time.perf_counter()
         old = output.get("old_per_token_logps")
-        if old is None:  # (TRL's loss uses the detached current log-probabilities: the same policy)
+        # Where TRL does not compute the sampling policy's log-probabilities, its loss takes the
+        # detached log-probabilities of its own forward pass, all before the optimizer steps on
+        # this batch: they are captured there (row by row, ROW_KEY marks the rows through TRL's
+        # shuffle and split), which saves a forward pass. (Liger's loss bypasses that forward.)
+        capture = old is None and not getattr(self, "use_liger_kernel", False)
+        if capture:
+            old = torch.full(completion_ids.shape, float("nan"), dtype=torch.float32, device=completion_ids.device)
+            output[ROW_KEY] = torch.arange(completion_ids.size(0), device=completion_ids.device)
+        elif old is None:
             old = self._policy_logps(input_ids, attention_mask, completion_ids.size(1))
         generate_every = self.args.steps_per_generation * self.num_iterations
         self._pending_feedback = {
             **step, "input_ids": input_ids, "attention_mask": attention_mask, "mask": mask,
-            "logits_to_keep": completion_ids.size(1), "old_logps": old.detach(),
+            "logits_to_keep": completion_ids.size(1), "old_logps": old.detach(), "capture": capture,
             "advantages": output["advantages"].detach(), "done_at": self._step + generate_every,
             "seconds": time.perf_counter() - start,  # (the sampling policy's forward, if it ran)
         }
+
+    def _compute_loss(self, model, inputs):  # noqa: ANN001, ANN202
+        rows = inputs.get(ROW_KEY) if isinstance(inputs, dict) else None
+        pending = self._pending_feedback
+        if rows is not None and pending is not None and pending.get("capture"):
+            self._capture_logps = (rows, pending["old_logps"])
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._capture_logps = None
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        capture, self._capture_logps = getattr(self, "_capture_logps", None), None
+        if capture is not None:  # (the loss's forward pass: the sampling policy, before the update)
+            rows, old = capture
+            old[rows.to(old.device)] = out[0].detach().to(device=old.device, dtype=old.dtype)
+        return out
 
     def _policy_logps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
         """Per-token log-probabilities of the current policy (no grad), as TRL's loss computes them."""
@@ -415,7 +444,15 @@ class MultiRewardMixin:
         ``ρ <= 1 + epsilon_high`` (``Â >= 0``) or ``ρ >= 1 − epsilon_low`` (``Â < 0``), as the
         official CTWA code (``compute_ctwa_stats``, ``w_agg="mean"``) and TRL's clip test."""
         mask = pending["mask"].to(torch.float64)
-        ratio = torch.exp(torch.clamp(new_logps.to(torch.float64) - pending["old_logps"].to(torch.float64), -20.0, 20.0))
+        old = pending["old_logps"].to(device=new_logps.device, dtype=torch.float64)
+        if pending.get("capture"):
+            if bool(torch.isnan(old[mask > 0]).any()):
+                raise RuntimeError(
+                    "ctwa's policy signal: the loss did not see every row of the generation batch before the "
+                    "optimizer stepped, so the sampling policy's log-probabilities are incomplete"
+                )
+            old = torch.nan_to_num(old, nan=0.0)  # (padding: masked out below)
+        ratio = torch.exp(torch.clamp(new_logps.to(torch.float64) - old, -20.0, 20.0))
         a = pending["advantages"].to(torch.float64).reshape(-1, 1)
         unclipped = torch.where(a >= 0, ratio <= 1.0 + float(self.epsilon_high), ratio >= 1.0 - float(self.epsilon_low))
         tokens = mask.sum(dim=1)

@@ -33,7 +33,9 @@ What the adapter relies on (checked by :func:`check_trainer_class` / :func:`chec
   (estimator state saved with, and restored from, each checkpoint);
 * for an estimator with a feedback (``ctwa``): ``_generate_and_score_completions``' output keys
   ``prompt_ids``, ``prompt_mask``, ``completion_ids``, ``completion_mask`` (and ``tool_mask``,
-  ``old_per_token_logps`` where present) hold this process's rows in the gathered order; the
+  ``old_per_token_logps`` where present) hold this process's rows in the gathered order, and an
+  extra per-row tensor key travels through TRL's shuffle and split to ``_compute_loss(model,
+  inputs)``, whose first ``_get_per_token_logps_and_entropies`` call is the policy's forward; the
   trainer's ``_step`` counts micro-steps (a generation batch is trained on for
   ``args.steps_per_generation * num_iterations`` of them); ``epsilon_low``/``epsilon_high`` are
   the loss's clip range; a ``TrainerCallback.on_step_end`` runs after the optimizer step and
@@ -73,6 +75,7 @@ METHODS = {
     "_save_checkpoint": ("model", "trial"),
     "_load_rng_state": ("checkpoint",),
     "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep"),
+    "_compute_loss": ("model", "inputs"),
 }
 #: Attributes read from a constructed trainer.
 ATTRIBUTES = (
