@@ -71,11 +71,11 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
     # it is above DOWNDATE_SHARE of M2/(n − 2) (below 0: recomputed from the others)
     variance = torch.addcmul(base, a, a, value=-ratio) if isinstance(ratio, float) else base - a * a * ratio
     if groups.block_size is not None and isinstance(ratio, float) and moments.scale is None:
-        # Contiguous groups of one size without NaN: only each group's lowest excess decides, and it
-        # belongs to the row farthest from the mean, (1 − DOWNDATE_SHARE)·M2/(n − 2) − ratio·max a²
-        # (one reduction, instead of a broadcast pass for every entry's excess and a reduction).
-        top = a.abs().amax(dim=1, keepdim=True)
-        lowest = torch.addcmul(base * (1.0 - DOWNDATE_SHARE), top, top, value=-ratio)
+        # Contiguous groups of one size without NaN: only each group's lowest excess decides,
+        # min(variance) − DOWNDATE_SHARE·M2/(n − 2) (the same numbers: subtracting one value is
+        # monotonic), one reduction instead of a broadcast pass for every entry's excess and a
+        # reduction; it belongs to the row farthest from the mean.
+        lowest = variance.amin(dim=1, keepdim=True).sub_(base, alpha=DOWNDATE_SHARE)
         flags: Tensor | _Excess = _Excess(lowest, lambda: torch.addcmul(base, a, a, value=-ratio).sub_(base, alpha=DOWNDATE_SHARE))
     else:
         flags = torch.sub(variance, base, alpha=DOWNDATE_SHARE)
@@ -85,7 +85,7 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
         a, s = a / scale, s / scale
     # A row with s = 0 needs no division: a = 0 there, except in a group of two (the offset is 1
     # there) or where the others are all equal with the row apart (recomputed below).
-    scores = a / s.add_(offset)
+    scores = torch.div(a, s.add_(offset), out=s)  # (into s's buffer: no fresh [N, K] tensor)
     if eps == 0:
         scores.nan_to_num_(nan=0.0)
     _recompute_flagged(scores, a, flags, rewards, groups, eps, has_nan)
