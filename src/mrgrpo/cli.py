@@ -267,6 +267,10 @@ def advantages(
     _estimator_names(estimator)  # an unknown name is refused before the file is read
     batch = _read_batch(file, group_field, components, allow_missing)
     columns = _estimator_columns(estimator, options, w, reward_ranges, batch.names, batch.rewards, batch.group_ids)
+    for name in columns:  # (an estimator whose state moves with a signal from the policy update, e.g. ctwa)
+        if mrgrpo.get_estimator(name).signal is not None:
+            notes.print(escape(f"{name}: no policy update in a rollout file: the on-policy limit (s = A) stands in for "
+                               "the policy signal; the advantages use the initial weights"), soft_wrap=True)
     rows = []
     if out is not None:
         for i, record in enumerate(batch.records):

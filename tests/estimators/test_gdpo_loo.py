@@ -208,6 +208,33 @@ def test_binary_rewards_at_extreme_magnitudes_stay_finite(rel_error):
         assert bool(torch.isfinite(got).all())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_contiguous_recomputation_falls_back_where_the_others_std_leaves_the_safe_window(rel_error, dtype, monkeypatch):
+    # A flagged row (the others all but equal) whose others differ by 1e-20: their squares
+    # leave float32's safe window, so the contiguous recomputation hands over to the general one.
+    import mrgrpo.estimators.gdpo_loo as module
+
+    refused = []
+    original = module._others_std
+
+    def spy(columns, row):
+        out = original(columns, row)
+        refused.append(out is None)
+        return out
+
+    monkeypatch.setattr(module, "_others_std", spy)
+    rng = np.random.default_rng(0)
+    rewards = rng.random((40, 3))
+    rewards[:8, 0] = [0, 1e-20, 0, 0, 0, 0, 0, 1]
+    rewards[8:16, 1] = [0, 0, 0, 1, 0, 0, 0, 0]
+    rewards = rewards.astype(dtype)
+    ids = np.repeat(np.arange(5), 8)
+    ours = mrgrpo.compute_advantages(torch.from_numpy(rewards), ids, "gdpo_loo", [1.0, 0.5, 2.0])
+    expected = reference.gdpo_loo(rewards.astype(np.float64), list(ids), [1.0, 0.5, 2.0])
+    assert refused[0] == (dtype == np.float32)
+    assert rel_error(ours, expected) <= (1e-6 if dtype == np.float32 else 1e-12)
+
+
 @pytest.mark.parametrize(
     "options,message",
     [({"leave_one_out": "yes"}, "leave_one_out must be True or False"), ({"eps": -1e-6}, "eps must be"),

@@ -161,3 +161,20 @@ def test_weights_must_be_a_distribution(weights):
     with pytest.raises(ConfigError, match="rvpo: weights must be >= 0 with at least one > 0") as error:
         mrgrpo.compute_advantages([[1.0, 2.0], [2.0, 1.0]], [0, 0], "rvpo", weights)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kappa", [1.0, 2.0, 4.0])
+def test_direct_soft_min_agrees_with_the_shifted_form_where_it_is_taken(make_batch, dtype, kappa):
+    from mrgrpo.estimators.rvpo import direct_soft_min, soft_min
+
+    rewards, ids, weights = make_batch(11, nan=False)
+    z = _zscores(torch.from_numpy(rewards), ids).to(dtype)
+    p = torch.from_numpy(weights / weights.sum()).to(dtype)
+    direct = direct_soft_min(z, p, kappa, 1)
+    assert direct is not None
+    shifted = soft_min(z, p.unsqueeze(0).expand_as(z).contiguous(), kappa, 1)  # (per-row p: the shifted form)
+    unit = torch.finfo(dtype).eps / 2
+    assert float((direct - shifted).abs().max()) <= 8 * unit * float(shifted.abs().max())
+    assert direct_soft_min(z, p, 1e-3, 1) is None  # (its rounding, (K + 4)u/κ, is too large there)
+    assert direct_soft_min(z, p, 1e3, 1) is None  # (exp(κ·max|z|) would overflow)

@@ -38,6 +38,10 @@ from .test_verl import KEYS, algo, make_batch  # noqa: E402
 WEIGHTS = [1.0, 0.5, 0.25]
 VERL_EPS = 1e-6
 
+#: The estimators the verl adapter runs: all but those that need a policy signal from the update
+#: (their feedback), which it refuses (test_verl_refuses_an_estimator_that_needs_a_policy_signal).
+VERL_ESTIMATORS = [n for n in mrgrpo.available_estimators() if mrgrpo.get_estimator(n).feedback is None]
+
 
 def options_for(name):
     spec = mrgrpo.get_estimator(name)
@@ -91,7 +95,7 @@ def fresh_state():
     STATE.reset()
 
 
-@pytest.mark.parametrize("name", mrgrpo.available_estimators())
+@pytest.mark.parametrize("name", VERL_ESTIMATORS)
 def test_every_estimator_on_the_legacy_trainer_equals_the_core_function(name):
     data = make_batch(5)
     cfg = algo(adv_estimator=f"mrgrpo_{name}", mrgrpo=block(name))
@@ -105,7 +109,7 @@ def test_every_estimator_on_the_legacy_trainer_equals_the_core_function(name):
 def stateful_cases():
     """Every stateful estimator, with the option that gives it state where it needs one."""
     cases = []
-    for name in mrgrpo.available_estimators():
+    for name in VERL_ESTIMATORS:
         spec = mrgrpo.get_estimator(name)
         if spec.stateful:
             cases.append((name, {"correlation_ema": 0.5} if "correlation_ema" in spec.options else {}))
@@ -287,7 +291,7 @@ def test_the_launcher_checks_option_values_before_ray_starts(overrides, message)
         launch.prepare(example(*overrides))
 
 
-@pytest.mark.parametrize("name", mrgrpo.available_estimators())
+@pytest.mark.parametrize("name", VERL_ESTIMATORS)
 def test_the_launcher_accepts_every_estimator_with_its_example_options(name):
     from .test_verl_launch import example
 
@@ -300,3 +304,12 @@ def test_the_launcher_accepts_every_estimator_with_its_example_options(name):
         overrides.append(f"algorithm.mrgrpo.weights=[{','.join(str(w) for w in weights_for(name))}]")
     launch.prepare(example(*overrides))
     assert integration.verl_name(name) in core_algos.ADV_ESTIMATOR_REGISTRY
+
+
+def test_verl_refuses_an_estimator_that_needs_a_policy_signal():
+    from .test_verl_launch import example
+
+    assert "ctwa" not in VERL_ESTIMATORS
+    with pytest.raises(ConfigError, match="mrgrpo_ctwa needs the policy signal measured after each update") as error:
+        launch.prepare(example("algorithm.adv_estimator=mrgrpo_ctwa", "+algorithm.mrgrpo.options.cov_targets=0.05"))
+    assert "\n" not in str(error.value)

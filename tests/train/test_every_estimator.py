@@ -54,18 +54,44 @@ def options_for(spec, k: int) -> dict:
     return options
 
 
-def replay(name, rewards_per_step, weights, options, group_size=GENERATIONS):
-    """What the core function gives on the same reward batches, carrying any state."""
+def replay(name, rewards_per_step, weights, options, group_size=GENERATIONS, signals=None):
+    """What the core function gives on the same reward batches, carrying any state; an estimator
+    with a feedback moves its state with the policy ``signals`` the trainer measured (one per step)."""
+    spec = mrgrpo.get_estimator(name)
     state, out = None, []
-    for rewards in rewards_per_step:
+    for step, rewards in enumerate(rewards_per_step):
         groups = torch.arange(rewards.shape[0]) // group_size
-        advantages, state = mrgrpo.compute_advantages_with_state(rewards.double(), groups, name, weights, state=state, **options)
+        advantages, new_state = mrgrpo.compute_advantages_with_state(rewards.double(), groups, name, weights, state=state, **options)
+        if spec.feedback is not None:
+            k = rewards.shape[1]
+            w = registry.as_weights(weights, k, torch.device("cpu"))
+            resolved = registry.validate_options(spec, options, k)
+            new_state = registry.apply_feedback(
+                spec, rewards.double(), registry.make_groups(groups, rewards.shape[0]), w, resolved, state, signals[step]
+            )
+        state = new_state
         out.append(advantages)
     return out, state
 
 
+@pytest.fixture
+def signals(monkeypatch):
+    """The policy signals the trainer hands to an estimator's feedback, in order."""
+    from mrgrpo.train import trainer as trainer_module
+
+    seen = []
+    original = trainer_module.apply_feedback
+
+    def recording(spec, values, groups, weights, options, state, signal):
+        seen.append(torch.as_tensor(signal).detach().double().clone())
+        return original(spec, values, groups, weights, options, state, signal)
+
+    monkeypatch.setattr(trainer_module, "apply_feedback", recording)
+    return seen
+
+
 @pytest.mark.parametrize("name", ESTIMATORS)
-def test_every_estimator_trains_with_the_core_functions_advantages(name, dataset, tmp_path):  # noqa: F811
+def test_every_estimator_trains_with_the_core_functions_advantages(name, dataset, tmp_path, signals):  # noqa: F811
     spec = mrgrpo.get_estimator(name)
     weights = weights_for(spec)
     args = grpo_config(tmp_path)
@@ -73,13 +99,18 @@ def test_every_estimator_trains_with_the_core_functions_advantages(name, dataset
     options = options_for(spec, 3)
     trainer = train(MultiRewardGRPOTrainer, dataset, args, estimator=name, estimator_options=options, diagnostics=False)
     used = weights if spec.uses_weights else None
-    expected, state = replay(name, trainer.seen_rewards, used, options)
+    expected, state = replay(name, trainer.seen_rewards, used, options, signals=signals)
+    assert len(signals) == (STEPS if spec.feedback is not None else 0)
     for step in range(STEPS):
         # TRL shuffles a generation batch before the loss sees it: compare as multisets
         torch.testing.assert_close(
             trainer.seen_advantages[step].sort().values, expected[step].float().sort().values, rtol=1e-5, atol=1e-5
         )
-    assert trainer.estimator_state == state
+    if spec.feedback is not None:  # (float32 rewards in the trainer, float64 here)
+        assert json.dumps(sorted(trainer.estimator_state)) == json.dumps(sorted(state))
+        torch.testing.assert_close(torch.tensor(trainer.estimator_state["log_weights"]), torch.tensor(state["log_weights"]), atol=1e-6, rtol=0)
+    else:
+        assert trainer.estimator_state == state
     logged = [e for e in trainer.state.log_history if "loss" in e]
     if spec.stateful and state is not None:
         keys = {k for e in logged for k in e if k.startswith("mrgrpo/state/")}
@@ -171,7 +202,7 @@ def _job_config(name: str, **changes):
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)
-def test_mrgrpo_train_runs_every_estimator_and_logs_the_core_functions_advantages(name, tmp_path):
+def test_mrgrpo_train_runs_every_estimator_and_logs_the_core_functions_advantages(name, tmp_path, signals):
     spec = mrgrpo.get_estimator(name)
     data, names, weights = _job_config(name)
     config = validate_config(data)
@@ -188,7 +219,7 @@ def test_mrgrpo_train_runs_every_estimator_and_logs_the_core_functions_advantage
         from mrgrpo.rewards import get_suite
 
         options["reward_ranges"] = get_suite("math", **config.rewards.options).reward_ranges
-    expected, state = replay(name, batches, weights if spec.uses_weights else None, options)
+    expected, state = replay(name, batches, weights if spec.uses_weights else None, options, signals=signals)
     for advantages, logged in zip(expected, metrics):
         a = advantages.float().double()
         assert logged["mrgrpo/advantages/mean"] == pytest.approx(float(a.mean()), abs=1e-5)
@@ -197,7 +228,11 @@ def test_mrgrpo_train_runs_every_estimator_and_logs_the_core_functions_advantage
         assert logged["mrgrpo/advantages/max"] == pytest.approx(float(a.max()), abs=1e-5)
     saved = tmp_path / "run" / "checkpoint-2" / "mrgrpo_estimator_state.json"
     assert saved.is_file() == (state is not None)
-    if state is not None:
+    if state is not None and spec.feedback is not None:  # (float32 rewards in the run, float64 here)
+        record = json.loads(saved.read_text())
+        assert record["estimator"] == name and record["state"]["signal"] == "policy"
+        torch.testing.assert_close(torch.tensor(record["state"]["log_weights"]), torch.tensor(state["log_weights"]), atol=1e-6, rtol=0)
+    elif state is not None:
         assert json.loads(saved.read_text()) == {"estimator": name, "state": state}
 
 

@@ -4,7 +4,7 @@ One module per estimator; each registers itself on import. Use :func:`compute_ad
 """
 
 from mrgrpo.estimators import (  # noqa: F401  (registration)
-    constrained_grpo, corpo, corr_grpo, ddca, dr_grpo, dvao, gd2po, gdpo, gdpo_loo, grpo, mo_grpo, rvpo, sa_corr_grpo,
+    constrained_grpo, corpo, corr_grpo, ctwa, ddca, dr_grpo, dvao, gd2po, gdpo, gdpo_loo, grpo, mo_grpo, rvpo, sa_corr_grpo,
     sa_mrpo, saw,
 )
 from mrgrpo.estimators.binding import Binding, Host, bind

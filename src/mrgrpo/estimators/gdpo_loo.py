@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -68,22 +70,41 @@ def loo_scores(rewards: Tensor, groups: Groups, leave_one_out: bool, eps: float)
     # the others' variance (M2 − d·a)/(n − 2) = M2/(n − 2) − a²(n − 1)/(n(n − 2)), and how far
     # it is above DOWNDATE_SHARE of M2/(n − 2) (below 0: recomputed from the others)
     variance = torch.addcmul(base, a, a, value=-ratio) if isinstance(ratio, float) else base - a * a * ratio
-    excess = torch.sub(variance, base, alpha=DOWNDATE_SHARE)
+    if groups.block_size is not None and isinstance(ratio, float) and moments.scale is None:
+        # Contiguous groups of one size without NaN: only each group's lowest excess decides,
+        # min(variance) − DOWNDATE_SHARE·M2/(n − 2) (the same numbers: subtracting one value is
+        # monotonic), one reduction instead of a broadcast pass for every entry's excess and a
+        # reduction; it belongs to the row farthest from the mean.
+        lowest = variance.amin(dim=1, keepdim=True).sub_(base, alpha=DOWNDATE_SHARE)
+        flags: Tensor | _Excess = _Excess(lowest, lambda: torch.addcmul(base, a, a, value=-ratio).sub_(base, alpha=DOWNDATE_SHARE))
+    else:
+        flags = torch.sub(variance, base, alpha=DOWNDATE_SHARE)
     s = variance.sqrt_()  # (NaN where the downdate went below 0: recomputed below)
     if moments.scale is not None:  # (extreme magnitudes: back to the rewards' units, in float64)
         scale = groups.spread(moments.scale)
         a, s = a / scale, s / scale
     # A row with s = 0 needs no division: a = 0 there, except in a group of two (the offset is 1
     # there) or where the others are all equal with the row apart (recomputed below).
-    scores = a / s.add_(offset)
+    scores = torch.div(a, s.add_(offset), out=s)  # (into s's buffer: no fresh [N, K] tensor)
     if eps == 0:
         scores.nan_to_num_(nan=0.0)
-    _recompute_flagged(scores, a, excess, rewards, groups, eps, has_nan)
+    _recompute_flagged(scores, a, flags, rewards, groups, eps, has_nan)
     return scores, has_nan
 
 
+class _Excess:
+    """The lowest excess of each group and component (``[num_groups, 1, K]``, contiguous groups
+    of one size without NaN), with the entries' excess computed only if a fallback needs them."""
+
+    def __init__(self, lowest: Tensor, entries: Any) -> None:
+        self.lowest, self._entries = lowest, entries
+
+    def entries(self) -> Tensor:
+        return self._entries()
+
+
 def _recompute_flagged(
-    scores: Tensor, a: Tensor, excess: Tensor, rewards: Tensor, groups: Groups, eps: float, has_nan: bool
+    scores: Tensor, a: Tensor, excess: Tensor | _Excess, rewards: Tensor, groups: Groups, eps: float, has_nan: bool
 ) -> None:
     """Overwrite the ``scores`` (layout) of the entries with ``excess < 0`` (at most one row per
     group and component) with ``a / (s + eps)``, or ``a`` where ``s = 0``, ``s`` the unbiased
@@ -91,23 +112,25 @@ def _recompute_flagged(
 
     Groups of one size without NaN (every trainer's batch) take the entries one by one as
     rows of their group's column (:func:`_others_std`); other batches recompute the moments of
-    the groups that hold such an entry (:func:`_recompute_members`)."""
+    the groups that hold such an entry (:func:`_recompute_members`). ``excess`` may be an
+    :class:`_Excess` (each group's lowest; its flagged row is the one farthest from the mean)."""
     if groups.block_size is not None:
         size = groups.block_size
-        per_column = excess.amin(dim=1)  # [num_groups, K]
+        lowest = isinstance(excess, _Excess)
+        per_column = excess.lowest.squeeze(1) if lowest else excess.amin(dim=1)  # [num_groups, K]
         pairs = (per_column < 0).nonzero()
         if not pairs.numel():
             return
         if not has_nan:
             g, k = pairs[:, 0], pairs[:, 1]
-            row = excess[g, :, k].argmin(dim=1)
+            row = a[g, :, k].abs().argmax(dim=1) if lowest else excess[g, :, k].argmin(dim=1)
             std = _others_std(groups.rows(rewards)[g, :, k], row)
             if std is not None:
                 scores[g, row, k] = _divide(a[g, row, k], std.to(a.dtype), eps)
                 return
         chosen = pairs[:, 0].unique()
         members = (chosen.unsqueeze(1) * size + torch.arange(size, device=chosen.device)).flatten()
-        _recompute_members(scores, a, excess, rewards, groups, eps, members)
+        _recompute_members(scores, a, excess.entries() if lowest else excess, rewards, groups, eps, members)
         return
     candidates = (excess.amin(dim=0) < 0).nonzero().flatten()  # (a pass over rows, then a few)
     if not candidates.numel():

@@ -371,6 +371,100 @@ def gdpo_loo(rewards, group_ids, weights=None, leave_one_out=True, eps=1e-6, bat
     return _whiten(out, scored, 1, 0.0)
 
 
+def _ctwa_targets(value, k, default):
+    if value is None:  # the official config's: its first value for component 0, its second for the rest
+        return [default[0]] + [default[1]] * (k - 1)
+    return [float(value)] * k if np.isscalar(value) else [float(v) for v in value]
+
+
+def ctwa_advantages(rewards, group_ids, weights, base="reinforce_pp") -> np.ndarray:
+    """CTWA's step advantages with the given (current) weights: ``T_i = Σ w_k r_ik`` (NaN 0),
+    then ``(T − mean)/sqrt(var + 1e-8)`` over the scored rollouts (unbiased var) or grpo's
+    group z-score with eps 1e-6."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if base == "grpo":
+        return grpo(rewards, group_ids, w, eps=1e-6)
+    scored = ~np.isnan(rewards).all(axis=1)
+    totals = [sum(w[k] * rewards[i, k] for k in range(rewards.shape[1]) if not np.isnan(rewards[i, k]))
+              for i in range(len(rewards))]
+    kept = [t for t, ok in zip(totals, scored) if ok]
+    out = np.zeros(len(rewards))
+    if kept:
+        mean = sum(kept) / len(kept)
+        var = sum((t - mean) ** 2 for t in kept) / (len(kept) - 1) if len(kept) > 1 else 0.0
+        for i, ok in enumerate(scored):
+            if ok:
+                out[i] = (totals[i] - mean) / np.sqrt(var + 1e-8)
+    return out
+
+
+def ctwa_statistics(rewards, group_ids, signal) -> dict:
+    """``compute_ctwa_stats`` of the official code (per-group mode), transcribed as loops: drop
+    non-finite ``s`` and ``|s| > 100·median|s|``; per group of >= 2 kept rows (per component,
+    the rows that scored it) the population covariance and correlation (counted where
+    ``std_u·std_s > 1e-8``), averaged over groups."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    s = np.asarray(signal, dtype=np.float64)
+    finite = np.isfinite(s)
+    median = float(np.median(np.abs(s[finite]))) if finite.any() else 0.0
+    keep = finite & (np.abs(s) <= 100.0 * median) if median > 0 else finite
+    k_count = rewards.shape[1]
+    cov_sum, corr_sum, corr_cnt, n_groups = np.zeros(k_count), np.zeros(k_count), np.zeros(k_count), np.zeros(k_count)
+    for rows in rows_by_group(group_ids).values():
+        for k in range(k_count):
+            used = [r for r in rows if keep[r] and not np.isnan(rewards[r, k])]
+            if len(used) < 2:
+                continue
+            u = np.array([rewards[r, k] for r in used])
+            v = np.array([s[r] for r in used])
+            uc, vc = u - u.mean(), v - v.mean()
+            cov = float(np.mean(uc * vc))
+            n_groups[k] += 1
+            cov_sum[k] += cov
+            denominator = float(np.std(uc)) * float(np.std(vc))
+            if denominator > 1e-8:
+                corr_sum[k] += cov / denominator
+                corr_cnt[k] += 1
+    objective = []
+    for k in range(k_count):
+        column = rewards[~np.isnan(rewards[:, k]), k]
+        objective.append(float(column.mean()) if column.size else np.nan)
+    return {
+        "cov": [c / n if n else 0.0 for c, n in zip(cov_sum, n_groups)],
+        "corr": [c / n if n else 0.0 for c, n in zip(corr_sum, corr_cnt)],
+        "objective_mean": objective,
+    }
+
+
+def ctwa_update(log_weights, ema, rewards, group_ids, signal, cov_targets=None,
+                obj_targets=None, use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
+                lr=0.02) -> tuple[list[float], list[float]]:
+    """One CTWA weight update (the official ``_ctwa_update_weights_from_metrics``), as loops:
+    returns the new ``(log_weights, ema)``; ``ema=None`` on the first update."""
+    stats = ctwa_statistics(rewards, group_ids, signal)
+    k_count = len(log_weights)
+    targets = _ctwa_targets(cov_targets, k_count, (0.1, 0.05))
+    caps = _ctwa_targets(obj_targets, k_count, (1.0, 0.95))
+    v = stats["corr"] if use_corr_target else stats["cov"]
+    new_ema = list(v) if ema is None else [(1 - ema_tau) * e + ema_tau * x for e, x in zip(ema, v)]
+    out = []
+    for k in range(k_count):
+        gate = 0.0 if gate_by_obj_targets and stats["objective_mean"][k] >= caps[k] else 1.0
+        out.append(log_weights[k] + lr * max(targets[k] - new_ema[k], 0.0) * gate)
+    return out, new_ema
+
+
+def ctwa(rewards, group_ids, weights=None, base="reinforce_pp", cov_targets=None,
+         obj_targets=None, use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
+         lr=0.02) -> np.ndarray:
+    """CTWA's first step: the base advantages with the initial weights ``max(w/Σw, 1e-8)``."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    w = _weights(rewards, weights)
+    w = np.maximum(w / w.sum(), 1e-8)
+    return ctwa_advantages(rewards, group_ids, np.exp(np.log(w)), base)
+
+
 REFERENCES = {
     "grpo": grpo,
     "dr_grpo": lambda rewards, group_ids, weights=None: grpo(rewards, group_ids, weights, scale="none"),
@@ -387,4 +481,5 @@ REFERENCES = {
     "constrained_grpo": constrained_grpo,
     "rvpo": rvpo,
     "gdpo_loo": gdpo_loo,
+    "ctwa": ctwa,
 }

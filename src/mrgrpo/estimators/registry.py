@@ -34,6 +34,17 @@ The function is pure (the incoming state is not modified); the caller carries th
 one training batch to the next (:func:`compute_advantages_with_state`), saves it with its
 checkpoints and logs its numeric scalar leaves. :func:`compute_advantages` runs a stateful
 estimator from ``state=None`` and returns the advantages only.
+
+**Feedback.** A stateful estimator may also need something only the policy update can tell:
+it declares a ``signal`` (one of :data:`SIGNALS`) and a ``feedback`` function,
+``feedback(rewards, groups, weights, signal [N], state, **options) -> new_state``. A trainer
+that can measure the signal computes the step's advantages from ``state`` as usual, discards the
+state the estimator returns, and after the policy update hands the measured signal of the
+step's rollouts (gathered over all processes, in the rewards' order) to
+:func:`apply_feedback`, whose state the next step uses. Called without a trainer
+(:func:`compute_advantages_with_state`, ``mrgrpo advantages``), such an estimator updates its
+state from the limit its own docstring names (``ctwa``: the on-policy limit ``s = A``) and says
+so in the state it returns.
 """
 
 from __future__ import annotations
@@ -76,6 +87,17 @@ ScaleDiagnostics = Callable[[Tensor], "dict[str, float | None]"]
 #: A keyword-only parameter without a default: a required option.
 REQUIRED = inspect.Parameter.empty
 
+#: Policy signals a trainer can measure for an estimator's ``feedback`` (``[N]``, one per rollout):
+#: ``clipped_ratio_advantage``: ``s_i = (1/|o_i|) Σ_t Â_i·ρ_it·1[token t unclipped]`` over the
+#: response tokens, ``Â_i`` the rollout's advantage as trained on, ``ρ_it = exp(clamp(log π_new −
+#: log π_old, −20, 20))`` with ``π_new`` the policy after the step's update and ``π_old`` the
+#: sampling policy, unclipped meaning ``ρ <= 1 + ε_high`` where ``Â >= 0`` and ``ρ >= 1 − ε_low``
+#: where ``Â < 0`` (the PPO loss's clip test).
+SIGNALS = ("clipped_ratio_advantage",)
+
+#: ``feedback(rewards, groups, weights, signal, state, **options) -> new_state`` (module docstring).
+Feedback = Callable[..., dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class Estimator:
@@ -112,6 +134,8 @@ class Estimator:
             the varying groups as ``scale[name]``.
         scale_diagnostics: further statistics of those per-group scales
             (:data:`ScaleDiagnostics`), reported by :func:`mrgrpo.diagnose` as ``report[name]``.
+        signal: the policy signal its ``feedback`` needs (one of :data:`SIGNALS`), or ``None``.
+        feedback: the state update from that signal (:data:`Feedback`), or ``None``.
     """
 
     name: str
@@ -132,6 +156,8 @@ class Estimator:
     stateful: bool = False
     group_scale: GroupScale | None = None
     scale_diagnostics: ScaleDiagnostics | None = None
+    signal: str | None = None
+    feedback: Feedback | None = None
 
     @property
     def required(self) -> list[str]:
@@ -155,6 +181,7 @@ class Estimator:
             "trl_default": self.trl_default,
             "uses_weights": self.uses_weights,
             "group_scale": self.group_scale is not None,
+            "signal": self.signal,
             "required": self.required,
         }
 
@@ -191,6 +218,8 @@ def register_estimator(
     uses_weights: bool = True,
     group_scale: GroupScale | None = None,
     scale_diagnostics: ScaleDiagnostics | None = None,
+    signal: str | None = None,
+    feedback: Feedback | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, weights, *, **options)`` under ``name``.
 
@@ -238,6 +267,14 @@ def register_estimator(
                 problems.append(f"{trait} must be a function")
         if scale_diagnostics is not None and group_scale is None:
             problems.append("scale_diagnostics needs a group_scale")
+        if (signal is None) != (feedback is None):
+            problems.append("signal and feedback go together (the signal is what the feedback reads)")
+        if signal is not None and signal not in SIGNALS:
+            problems.append(f"signal must be one of {list(SIGNALS)}, got {signal!r}")
+        if feedback is not None and not callable(feedback):
+            problems.append("feedback must be a function")
+        if feedback is not None and not stateful:
+            problems.append("feedback needs a stateful estimator (a keyword-only state parameter)")
         unknown = sorted(set(examples) - set(options))
         if unknown:
             problems.append(f"example_options has unknown option(s) {unknown}")
@@ -262,7 +299,7 @@ def register_estimator(
             combine=combine, batch_norm=batch_norm, needs_ranges=needs_ranges, roles=role_names,
             validate=validate, example_options=examples, scale_option=scale_option, unscaled=unscaled,
             trl_default=trl_default, uses_weights=uses_weights, stateful=stateful, group_scale=group_scale,
-            scale_diagnostics=scale_diagnostics,
+            scale_diagnostics=scale_diagnostics, signal=signal, feedback=feedback,
         )
         return fn
 
@@ -496,6 +533,34 @@ def compute_checked(
     return check_output(advantages, out_dtype, estimator), new_state
 
 
+def apply_feedback(
+    spec: Estimator,
+    values: Tensor,
+    groups: Groups,
+    weights: Tensor,
+    options: dict[str, Any],
+    state: dict[str, Any] | None,
+    signal: Any,
+) -> dict[str, Any] | None:
+    """The state after a policy update, for an estimator with a ``feedback``: ``state`` is the
+    one the step's advantages were computed from, ``values``/``groups``/``weights``/``options``
+    those of that step (as :func:`compute_checked` took them), ``signal`` ``[N]`` the measured
+    :attr:`Estimator.signal` of its rollouts in the same order. The signal must be finite
+    (an :class:`~mrgrpo.errors.InputError` otherwise); the new state is checked as a step's."""
+    if spec.feedback is None:
+        raise ConfigError(f"estimator {spec.name!r} takes no feedback from the policy update")
+    s = torch.as_tensor(signal).detach().to(device=values.device, dtype=torch.float64).reshape(-1)
+    if s.numel() != values.shape[0]:
+        raise InputError(
+            f"{spec.name}: the policy signal has {s.numel()} entries but the step had {values.shape[0]} rollouts"
+        )
+    if not bool(torch.isfinite(s).all()):
+        raise InputError(f"{spec.name}: the policy signal has non-finite entries: check the policy's log-probabilities")
+    new_state = spec.feedback(values, groups, weights, s, state, **options)
+    _check_state(new_state, spec.name)
+    return new_state
+
+
 def _check_state(state: Any, estimator: str) -> None:
     """A returned state must be ``None`` or a dict that strict JSON can hold."""
     if state is None:
@@ -661,6 +726,8 @@ __all__ = [
     "Estimator",
     "Groups",
     "as_reward_matrix",
+    "SIGNALS",
+    "apply_feedback",
     "as_weights",
     "available_estimators",
     "check_reward_values",

@@ -23,6 +23,21 @@ Logged every step (``mrgrpo/`` prefix, averaged over a logging interval like TRL
 ``advantages/{mean,std,abs_mean,min,max,frac_zero}``, ``seconds`` (time in mrgrpo code),
 ``state/...`` (a stateful estimator's numeric state entries, e.g. Lagrange multipliers), and
 ``diag/...`` scalars from :func:`mrgrpo.diagnose` on the main process.
+
+**Feedback from the policy update.** An estimator with a ``feedback`` (``ctwa``; see
+:mod:`mrgrpo.estimators.registry`) needs a per-rollout policy signal measured after the update.
+For such an estimator the trainer keeps each training generation batch's rows (this process's
+share), its gathered rewards and the state its advantages were computed from; once every
+micro-step that trains on the batch has run and the optimizer has stepped (a callback's
+``on_step_end``, before the checkpoint is saved), it runs one extra no-grad forward pass of the
+updated policy over those rows, computes ``s_i = mean_t Â_i·ρ_it·1[unclipped]`` over the loss
+mask (:data:`~mrgrpo.estimators.registry.SIGNALS`; ``ρ`` against the sampling policy's
+log-probabilities: TRL's ``old_per_token_logps`` where TRL computes them, else those of the
+loss's own forward passes, captured row by row before the optimizer steps; the clip test with GRPOConfig's
+``epsilon``/``epsilon_high``), gathers ``s`` over all processes in the rewards' order and hands it
+to :func:`~mrgrpo.estimators.registry.apply_feedback`, whose state the next generation batch
+uses and the checkpoint saves. Its cost (both forward passes and the update) is logged once per
+generation batch as ``mrgrpo/feedback_seconds``.
 """
 
 from __future__ import annotations
@@ -42,6 +57,7 @@ from mrgrpo.estimators import get_estimator
 from mrgrpo.estimators.binding import Binding, apply_host, bind
 from mrgrpo.estimators.groups import Groups, make_groups
 from mrgrpo.estimators.registry import (
+    apply_feedback,
     as_weights,
     check_reward_values,
     compute_checked,
@@ -54,6 +70,9 @@ from mrgrpo.train.host import ESTIMATOR_STATE_FILE, check_given_binding, read_es
 from mrgrpo.train.shared_prefix import PromptSharingMixin
 
 GRPOTrainer, _ = trl_compat.import_grpo()
+#: Key of the row index a feedback estimator's training batch carries through TRL's shuffle and split.
+ROW_KEY = "mrgrpo_row"
+from transformers import TrainerCallback  # noqa: E402  (after the check that TRL, and so transformers, is installed)
 
 
 def flatten_scalars(data: Any, prefix: str) -> dict[str, float]:
@@ -281,6 +300,13 @@ class MultiRewardMixin:
         self.last_advantages: torch.Tensor | None = None  # gathered, as handed to the loss
         self.last_rewards: torch.Tensor | None = None  # gathered [B_global, K] of the last train batch
         self._gathered_rewards: torch.Tensor | None = None
+        # A feedback estimator's pending batch (see the module docstring), and its signal's last value.
+        self._pending_feedback: dict[str, Any] | None = None
+        self._feedback_step: dict[str, Any] | None = None
+        self._capture_logps: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.last_policy_signal: torch.Tensor | None = None
+        if self._spec.feedback is not None:
+            self.add_callback(_FeedbackCallback(self))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -288,6 +314,11 @@ class MultiRewardMixin:
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        training = self.model.training
+        if training and self._pending_feedback is not None:
+            # (generation and optimizer steps misaligned: the previous batch's signal is measured
+            # now, with the policy after the optimizer steps taken so far)
+            self.apply_pending_feedback()
         output = super()._generate_and_score_completions(inputs)
         rewards = self._gathered_rewards
         if rewards is None:  # pragma: no cover - TRL always scores before returning
@@ -301,6 +332,8 @@ class MultiRewardMixin:
         trl_advantages = output["advantages"]
         output["advantages"] = advantages[trl_compat.process_slice(self, len(inputs))].to(device=trl_advantages.device, dtype=trl_advantages.dtype)
         self.last_advantages = advantages.detach()
+        if mode == "train" and self._spec.feedback is not None:
+            self._hold_for_feedback(output)
         self._log_mrgrpo(rewards, advantages, mode)
         elapsed = time.perf_counter() - start
         self.mrgrpo_seconds += elapsed
@@ -337,12 +370,114 @@ class MultiRewardMixin:
         groups = self.groups_for(values.shape[0], mode, values.device)
         _, estimator_weights, fit, _ = self._weights_for(values.device)
         state = self.estimator_state if spec.stateful else None
-        advantages, state = compute_checked(
+        advantages, new_state = compute_checked(
             spec, values, out_dtype, has_nan, groups, estimator_weights, fit, self.estimator_options, state
         )
         if spec.stateful and mode == "train":
-            self.estimator_state = state
+            if spec.feedback is None:
+                self.estimator_state = new_state
+            else:  # (the state moves when the policy signal is measured, after the update)
+                self._feedback_step = {"values": values, "groups": groups, "weights": estimator_weights, "state": state}
         return advantages
+
+    def _hold_for_feedback(self, output: dict[str, Any]) -> None:
+        """Keep what the feedback needs of this training batch (this process's rows, unshuffled)."""
+        step = getattr(self, "_feedback_step", None)
+        self._feedback_step = None
+        if step is None:  # pragma: no cover - advantages_for always runs first
+            raise RuntimeError("no estimator step recorded for the feedback")
+        prompt_ids, completion_ids = output["prompt_ids"], output["completion_ids"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        start = time.perf_counter()
+        old = output.get("old_per_token_logps")
+        # Where TRL does not compute the sampling policy's log-probabilities, its loss takes the
+        # detached log-probabilities of its own forward pass, all before the optimizer steps on
+        # this batch: they are captured there (row by row, ROW_KEY marks the rows through TRL's
+        # shuffle and split), which saves a forward pass. (Liger's loss bypasses that forward.)
+        capture = old is None and not getattr(self, "use_liger_kernel", False)
+        if capture:
+            old = torch.full(completion_ids.shape, float("nan"), dtype=torch.float32, device=completion_ids.device)
+            output[ROW_KEY] = torch.arange(completion_ids.size(0), device=completion_ids.device)
+        elif old is None:
+            old = self._policy_logps(input_ids, attention_mask, completion_ids.size(1))
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        self._pending_feedback = {
+            **step, "input_ids": input_ids, "attention_mask": attention_mask, "mask": mask,
+            "logits_to_keep": completion_ids.size(1), "old_logps": old.detach(), "capture": capture,
+            "advantages": output["advantages"].detach(), "done_at": self._step + generate_every,
+            "seconds": time.perf_counter() - start,  # (the sampling policy's forward, if it ran)
+        }
+
+    def _compute_loss(self, model, inputs):  # noqa: ANN001, ANN202
+        rows = inputs.get(ROW_KEY) if isinstance(inputs, dict) else None
+        pending = self._pending_feedback
+        if rows is not None and pending is not None and pending.get("capture"):
+            self._capture_logps = (rows, pending["old_logps"])
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._capture_logps = None
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        capture, self._capture_logps = getattr(self, "_capture_logps", None), None
+        if capture is not None:  # (the loss's forward pass: the sampling policy, before the update)
+            rows, old = capture
+            old[rows.to(old.device)] = out[0].detach().to(device=old.device, dtype=old.dtype)
+        return out
+
+    def _policy_logps(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+        """Per-token log-probabilities of the current policy (no grad), as TRL's loss computes them."""
+        with torch.no_grad():
+            out = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, logits_to_keep, batch_size=self.args.per_device_train_batch_size
+            )
+        return out[0]
+
+    def policy_signal(self, new_logps: torch.Tensor, pending: dict[str, Any]) -> torch.Tensor:
+        """``s_i = (1/|o_i|) Σ_t Â_i·ρ_it·1[unclipped]`` ``[b]`` (float64) over the loss mask of this
+        process's rows: ``ρ = exp(clamp(log π_new − log π_old, −20, 20))``, unclipped where
+        ``ρ <= 1 + epsilon_high`` (``Â >= 0``) or ``ρ >= 1 − epsilon_low`` (``Â < 0``), as the
+        official CTWA code (``compute_ctwa_stats``, ``w_agg="mean"``) and TRL's clip test."""
+        mask = pending["mask"].to(torch.float64)
+        old = pending["old_logps"].to(device=new_logps.device, dtype=torch.float64)
+        if pending.get("capture"):
+            if bool(torch.isnan(old[mask > 0]).any()):
+                raise RuntimeError(
+                    "ctwa's policy signal: the loss did not see every row of the generation batch before the "
+                    "optimizer stepped, so the sampling policy's log-probabilities are incomplete"
+                )
+            old = torch.nan_to_num(old, nan=0.0)  # (padding: masked out below)
+        ratio = torch.exp(torch.clamp(new_logps.to(torch.float64) - old, -20.0, 20.0))
+        a = pending["advantages"].to(torch.float64).reshape(-1, 1)
+        unclipped = torch.where(a >= 0, ratio <= 1.0 + float(self.epsilon_high), ratio >= 1.0 - float(self.epsilon_low))
+        tokens = mask.sum(dim=1)
+        signal = (a * ratio * unclipped.to(torch.float64) * mask).sum(dim=1) / tokens.clamp(min=1.0)
+        return signal
+
+    def apply_pending_feedback(self) -> None:
+        """Measure the pending batch's policy signal with the current policy, gather it over the
+        processes and move the estimator's state (module docstring)."""
+        pending, self._pending_feedback = self._pending_feedback, None
+        if pending is None:
+            return
+        start = time.perf_counter()
+        new_logps = self._policy_logps(pending["input_ids"], pending["attention_mask"], pending["logits_to_keep"])
+        local = self.policy_signal(new_logps, pending)
+        signal = self.accelerator.gather(local.to(pending["advantages"].device)).detach().cpu()
+        self.last_policy_signal = signal
+        self.estimator_state = apply_feedback(
+            self._spec, pending["values"], pending["groups"], pending["weights"], self.estimator_options,
+            pending["state"], signal,
+        )
+        metrics = self._metrics["train"]
+        metrics["mrgrpo/feedback_seconds"].append(pending["seconds"] + time.perf_counter() - start)
+        for key, value in flatten_scalars(self.estimator_state, "mrgrpo/state").items():
+            metrics[key].append(value)
 
     @property
     def correlation_state(self) -> dict[str, Any] | None:
@@ -396,7 +531,8 @@ class MultiRewardMixin:
         listed = a.tolist()
         for key, value in zip(self._advantage_metric_keys, advantage_stats(a, listed)):
             metrics[key].append(value)
-        if mode == "train" and self.estimator_state is not None:
+        if mode == "train" and self.estimator_state is not None and self._spec.feedback is None:
+            # (a feedback estimator's state is logged when its feedback moves it)
             for key, value in flatten_scalars(self.estimator_state, "mrgrpo/state").items():
                 metrics[key].append(value)
         # Replace TRL's advantages in the completions table with the ones actually trained on.
@@ -423,6 +559,20 @@ class MultiRewardMixin:
                 if key.startswith(("mrgrpo/diag/num_", "mrgrpo/diag/weights")):
                     continue
                 metrics[key].append(value)
+
+
+class _FeedbackCallback(TrainerCallback):
+    """Applies a feedback estimator's pending signal once the optimizer has stepped on every
+    micro-batch of its generation batch (``on_step_end`` runs before the checkpoint is saved)."""
+
+    def __init__(self, trainer: MultiRewardMixin) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        pending = self.trainer._pending_feedback
+        if pending is not None and self.trainer._step >= pending["done_at"]:
+            self.trainer.apply_pending_feedback()
+        return control
 
 
 class MultiRewardGRPOTrainer(MultiRewardMixin, PromptSharingMixin, GRPOTrainer):

@@ -30,7 +30,16 @@ What the adapter relies on (checked by :func:`check_trainer_class` / :func:`chec
   runs the policy's (and reference model's) forward for the loss through ``model(...)``, whose
   backbone is ``model.base_model`` (``share_prompt``: :mod:`mrgrpo.train.shared_prefix` wraps it);
 * transformers ``Trainer._save_checkpoint(model, trial)`` and ``Trainer._load_rng_state(checkpoint)``
-  (estimator state saved with, and restored from, each checkpoint).
+  (estimator state saved with, and restored from, each checkpoint);
+* for an estimator with a feedback (``ctwa``): ``_generate_and_score_completions``' output keys
+  ``prompt_ids``, ``prompt_mask``, ``completion_ids``, ``completion_mask`` (and ``tool_mask``,
+  ``old_per_token_logps`` where present) hold this process's rows in the gathered order, and an
+  extra per-row tensor key travels through TRL's shuffle and split to ``_compute_loss(model,
+  inputs)``, whose first ``_get_per_token_logps_and_entropies`` call is the policy's forward; the
+  trainer's ``_step`` counts micro-steps (a generation batch is trained on for
+  ``args.steps_per_generation * num_iterations`` of them); ``epsilon_low``/``epsilon_high`` are
+  the loss's clip range; a ``TrainerCallback.on_step_end`` runs after the optimizer step and
+  before the checkpoint is saved.
 
 The multi-turn agent trainer (:mod:`mrgrpo.train.agent_rollout`) also relies on TRL's
 experimental ``rollout_func`` (checked by :func:`check_rollout_func`): ``GRPOTrainer(...,
@@ -66,6 +75,7 @@ METHODS = {
     "_save_checkpoint": ("model", "trial"),
     "_load_rng_state": ("checkpoint",),
     "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep"),
+    "_compute_loss": ("model", "inputs"),
 }
 #: Attributes read from a constructed trainer.
 ATTRIBUTES = (
@@ -77,6 +87,12 @@ ATTRIBUTES = (
     "accelerator",
     "_metrics",
     "_logs",
+    # (read only for an estimator with a feedback, such as ctwa: the micro-step counter, the
+    # generation cadence and the clip range of the policy signal)
+    "_step",
+    "num_iterations",
+    "epsilon_low",
+    "epsilon_high",
 )
 #: GRPOConfig fields read (and, for the first two, mapped onto the estimator).
 CONFIG_FIELDS = ("scale_rewards", "multi_objective_aggregation", "reward_weights")

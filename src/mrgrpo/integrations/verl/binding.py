@@ -48,6 +48,12 @@ def bind_settings(
     to an estimator that does not use weights; configured ones are checked), the suite's ranges,
     ``algorithm.mrgrpo.options``, verl's conventions (:func:`verl_host`) and a resumed state.
     Made once per process and settings (the launcher and the trainer each bind before work)."""
+    spec = mrgrpo.get_estimator(estimator)
+    if spec.feedback is not None:
+        raise ConfigError(
+            f"mrgrpo_{estimator} needs the policy signal measured after each update ({spec.signal}), which the verl "
+            "adapter does not measure yet: train it with MultiRewardGRPOTrainer or mrgrpo train (TRL)"
+        )
     key = repr((estimator, id(mrgrpo.get_estimator(estimator)), settings, norm_adv_by_std_in_grpo)) if state is None else None
     if key is not None and key in _BOUND:
         return _BOUND[key]
