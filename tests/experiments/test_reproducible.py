@@ -13,8 +13,15 @@ Regenerate the committed summary (after a change that is meant to change the run
 
     env ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \\
       mrgrpo compare --config configs/testbed/learnable_scale1.yaml --estimators grpo,gdpo \\
-      --seeds 2 --jobs 1 --out runs/repro-smoke $(python -c "from tests.experiments.test_reproducible import sets; print(sets())")
+      --seeds 2 --jobs 1 --out runs/repro-smoke $(python tests/experiments/test_reproducible.py)
     cp runs/repro-smoke/summary.json docs/results/repro-smoke/summary.json
+
+(``python tests/experiments/test_reproducible.py`` prints the ``--set`` options; an import of
+``tests.experiments`` can be shadowed by an installed package named ``tests``.)
+
+History: regenerated on 2026-12-04 at commit 4fcd871 with ``trainer.bf16=false`` added; its
+results equal those committed at 8442043 (2026-12-01). Without that override the runs trained in
+bfloat16 on AVX512 hosts (``trainer.bf16`` auto, since eb04699) and ``grpo``'s differed there.
 """
 
 import json
@@ -33,6 +40,9 @@ OVERRIDES = [
     "experiment.warm_start.steps=100", "task.size=32", "task.eval_size=8", "max_steps=4", "save_steps=4",
     "trainer.num_generations=4", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=16",
     "experiment.eval.samples=4", "experiment.eval.max_new_tokens=16",
+    # float32 everywhere: trainer.bf16's default (auto) trains in bfloat16 on CPUs that compute it
+    # natively (AVX512 hosts) and in float32 elsewhere, which would make the runs host-dependent
+    "trainer.bf16=false",
 ]
 #: The summary's keys that are results (the rest says where, when and how fast it ran).
 RESULT_KEYS = ("estimators", "seeds", "names", "objectives", "baseline", "ranges", "weights", "views", "table", "paired", "steps", "eval_info", "experiment")
@@ -57,3 +67,7 @@ def test_short_seeded_compare_reproduces_its_committed_summary(tmp_path):
     assert want["overrides"] == OVERRIDES and want["platform"]["env"] == PORTABLE_ENV
     for key in RESULT_KEYS:
         assert got[key] == want[key], f"summary[{key!r}] differs from {COMMITTED.relative_to(ROOT)}"
+
+
+if __name__ == "__main__":
+    print(sets())
