@@ -11,7 +11,10 @@ set apart; what matters is that mrgrpo's requirements make pip replace nothing i
 
 from __future__ import annotations
 
+import ast
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -147,30 +150,38 @@ def test_installing_beside_the_users_own_torch_and_transformers_changes_neither(
         print(f"\n{name}: replaces nothing of {len(before)} installed; adds {', '.join(added)}")
 
 
-def test_the_wheel_ships_every_example_config_and_runs_one_by_name_from_an_empty_directory(dist, tmp_path):
-    """A pip user without a checkout: ``mrgrpo configs list`` shows every config of the repository's
-    ``configs/`` and ``mrgrpo train --config NAME --check`` resolves one from the installed wheel.
+def wheel_user(wheel: Path, tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
+    """A pip user without a checkout: ``(python, mrgrpo executable, empty working directory, env)``.
     Offline: the fresh venv gets mrgrpo from the wheel (``--no-deps``) and borrows the running
     environment's installed dependencies as a plain path entry (so its editable mrgrpo is not seen)."""
+    import os
+    import sysconfig
+
+    python = new_venv(tmp_path / "pip-user")
+    run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
+    site = next((tmp_path / "pip-user" / "lib").glob("python*/site-packages"))
+    (site / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"  # `mrgrpo`, `python` are the venv's
+    where = run(python, "-c", "import mrgrpo; print(mrgrpo.__file__)", cwd=empty, env=env).stdout.strip()
+    assert where.startswith(str(site)), where  # the wheel's mrgrpo, not a checkout's
+    return python, python.parent / "mrgrpo", empty, env
+
+
+def test_the_wheel_ships_every_example_config_and_runs_one_by_name_from_an_empty_directory(dist, tmp_path):
+    """A pip user without a checkout: ``mrgrpo configs list`` shows every config of the repository's
+    ``configs/`` (and the verl kit) and ``mrgrpo train --config NAME --check`` resolves one from the
+    installed wheel."""
     wheel, _ = dist
     with zipfile.ZipFile(wheel) as zf:
         shipped = {n.removeprefix("mrgrpo/configs/") for n in zf.namelist() if n.startswith("mrgrpo/configs/")}
     in_repo = {p.relative_to(ROOT / "configs").as_posix() for p in (ROOT / "configs").rglob("*.yaml")}
     assert in_repo and shipped == in_repo, shipped ^ in_repo
-    python = new_venv(tmp_path / "pip-user")
-    run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
-    site = next((tmp_path / "pip-user" / "lib").glob("python*/site-packages"))
-    import sysconfig
-
-    (site / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    where = run(python, "-c", "import mrgrpo; print(mrgrpo.__file__)", cwd=empty, env=env).stdout.strip()
-    assert where.startswith(str(site)), where  # the wheel's mrgrpo, not a checkout's
-    cli = tmp_path / "pip-user" / "bin" / "mrgrpo"
+    python, cli, empty, env = wheel_user(wheel, tmp_path)
     listed = run(cli, "configs", "list", cwd=empty, env=env).stdout
-    assert {line.split()[0] for line in listed.splitlines()} == {n.removesuffix(".yaml") for n in in_repo}
+    assert {line.split()[0] for line in listed.splitlines()} == {n.removesuffix(".yaml") for n in in_repo} | {"verl"}
     checked = run(cli, "train", "--config", "smollm2_tool_call", "--check", cwd=empty, env=env).stdout
     assert "task:" in checked and "bfcl" in checked
     readme_style = run(cli, "train", "--config", "configs/gpu_math.yaml", "--check", cwd=empty, env=env).stdout
@@ -178,3 +189,76 @@ def test_the_wheel_ships_every_example_config_and_runs_one_by_name_from_an_empty
     copied = run(cli, "configs", "copy", "tiny", cwd=empty, env=env).stdout.strip()
     assert (empty / "tiny.yaml").read_text() == (ROOT / "configs" / "tiny.yaml").read_text(), copied
     assert not list(empty.glob("runs")), "--check must not create a run directory"
+
+
+#: README commands that are resolved (``--check``: validated, nothing loaded) instead of run, and why.
+RESOLVED_ONLY = {"mrgrpo train": "the embedded demo trains SmolLM2-135M for about 9 minutes (make demo runs it)"}
+
+
+def readme_blocks(language: str) -> list[str]:
+    """The README's fenced code blocks in ``language``, in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+
+
+def shell_commands(block: str) -> list[str]:
+    """A shell block's commands: comments dropped, ``;``-separated commands split."""
+    commands = []
+    for line in block.splitlines():
+        command: list[str] = []
+        for word in [*shlex.split(line, comments=True), ";"]:
+            ends = word.endswith(";")
+            if word.rstrip(";"):
+                command.append(word.rstrip(";"))
+            if ends and command:
+                commands.append(shlex.join(command))
+                command = []
+    return commands
+
+
+def test_the_readmes_command_blocks_run_as_written_from_the_wheel(dist, tmp_path):
+    """Every command of the README's shell blocks, as written, in the order written, from an empty
+    directory with only the wheel installed (what a pip user has): the CPU-runnable ones run and
+    must exit 0 (a tiny model trains, resumes, is evaluated, analyzed; the testbed comparison runs
+    and is redrawn); the demo is resolved with ``--check``; the verl launcher, which needs GPUs, is
+    copied out of the wheel and must parse and find its files; ``make`` lines are a checkout's (CI
+    runs them). The Python blocks: the quick start runs; the TRL sketch (its reward functions and
+    dataset are the user's) has its imports and its ``GRPOConfig`` line run, on CPU as its comment says."""
+    wheel, _ = dist
+    python, cli, empty, env = wheel_user(wheel, tmp_path)
+    env = {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    ran, resolved = [], []
+    for block in readme_blocks("bash"):
+        for command in shell_commands(block):
+            words = shlex.split(command)
+            assignments = [w for w in words if re.match(r"[A-Z_]+=", w)]
+            words = words[len(assignments):]
+            if words[0] == "make":
+                continue
+            if words[:2] == ["bash", "examples/verl/run.sh"]:  # needs GPUs and a Ray cluster
+                run("bash", "-n", words[1], cwd=empty, env=env)
+                script = (empty / words[1]).read_text()
+                for name in re.findall(r'\$HERE/([\w.]+)', script) + re.findall(r"--config-name (\w+)", script):
+                    assert list((empty / "examples" / "verl").glob(f"{name}*")), f"run.sh names {name}, not copied"
+                resolved.append(command)
+                continue
+            if command in RESOLVED_ONLY:
+                words.append("--check")
+                resolved.append(command)
+            else:
+                ran.append(command)
+            executable = {"mrgrpo": str(cli), "python": str(python)}.get(words[0])
+            assert executable, f"README runs {words[0]!r}: add it to this test"
+            done = subprocess.run([executable, *words[1:]], cwd=empty, env=env, capture_output=True, text=True, timeout=1200)
+            assert done.returncode == 0, f"README: {command} exited {done.returncode}: {done.stderr[-1500:]}"
+    assert (empty / "runs" / "x" / "checkpoint-80").is_dir() and (empty / "curves.png").stat().st_size > 10_000
+    assert len(ran) >= 12 and len(resolved) == 4, (ran, resolved)
+
+    quick_start, trl_sketch = readme_blocks("python")
+    run(python, "-c", quick_start, cwd=empty, env=env)
+    tree = ast.parse(trl_sketch)
+    imports = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    config = next(ast.unparse(node) for node in tree.body if "GRPOConfig(" in ast.unparse(node))
+    config = config.replace("reward_weights=", "use_cpu=True, report_to=[], reward_weights=")
+    check = "; ".join([*imports, config, "import inspect",
+                       "assert {'estimator', 'estimator_options'} <= set(inspect.signature(MultiRewardGRPOTrainer).parameters)"])
+    run(python, "-c", check, cwd=empty, env=env)

@@ -32,18 +32,25 @@ ALLOWED = {
     ("train/config.py", "_share_prompt_without_checkpointing"): "pydantic validator (as above)",
     ("train/shared_prefix.py", "__init__"): "Python API misuse: share_prompt not a bool (TypeError, as Python's own)",
     ("train/trl_compat.py", "check_trainer_class"): "Python API misuse: not a GRPOTrainer subclass (TypeError)",
+    ("train/trainer.py", "__init__"): "Python API misuse: positional arguments with suite= (TypeError, as Python's own)",
+    ("train/trainer.py", "_generate_and_score_completions"): "invariant: TRL scores every batch before returning it",
+    ("train/trainer.py", "_hold_for_feedback"): "invariant: the advantage step runs before the feedback step",
+    ("train/trainer.py", "policy_signal"): "invariant: the loss saw every row before the optimizer stepped",
+    ("estimators/registry.py", "register_estimator"): "Python API misuse: a registered function's signature (TypeError)",
+    ("estimators/registry.py", "decorator"): "Python API misuse: a registered function's signature (TypeError)",
+    ("estimators/registry.py", "compute_checked"): "invariant: a bug in the estimator, not in the user's input",
+    ("estimators/registry.py", "_check_state"): "invariant: a bug in the estimator, not in the user's input",
+    ("estimators/registry.py", "check_output"): "invariant: a bug in the estimator, not in the user's input",
+    ("rewards/base.py", "completion_text"): "Python API misuse: a completion neither text nor messages (TypeError)",
+    ("rewards/sandbox/child/confine.py", "_build_program"): "invariant: the seccomp program's jumps (inside the sandbox)",
+    ("rewards/sandbox/child/io.py", "_recv"): "inside the sandbox (standard library only): an oversized frame, caught",
 }
-# Modules another change is converting (their owners' work in progress); checked once it lands.
-PENDING = ("estimators/registry.py", "estimators/rvpo.py", "estimators/gdpo_loo.py", "train/trainer.py",
-           "integrations/", "rewards/")
 
 
 def bare_raises() -> set[tuple[str, str]]:
     found = set()
     for path in sorted(SRC.rglob("*.py")):
         module = path.relative_to(SRC).as_posix()
-        if module.startswith(PENDING) or module.startswith("estimators/ctwa"):
-            continue
         for function in ast.walk(ast.parse(path.read_text())):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue

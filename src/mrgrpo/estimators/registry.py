@@ -285,11 +285,11 @@ def register_estimator(
             raise TypeError(f"estimator {name!r}: " + "; ".join(problems))
         existing = _REGISTRY.get(name)
         if existing is not None and existing.fn is not fn and not overwrite:
-            raise ValueError(f"an estimator named {name!r} is already registered; pass overwrite=True to replace it")
+            raise ConfigError(f"an estimator named {name!r} is already registered; pass overwrite=True to replace it")
         if trl_default is not None:
             for other in _REGISTRY.values():
                 if other.name != name and other.trl_default == trl_default and not overwrite:
-                    raise ValueError(
+                    raise ConfigError(
                         f"estimator {other.name!r} already reproduces TRL's {trl_default} (trl_default); "
                         "one estimator per setting"
                     )
@@ -405,12 +405,12 @@ def as_weights(weights: Any, num_components: int, device: torch.device) -> Tenso
     else:
         w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
     if w.dim() != 1 or w.numel() != num_components:
-        raise ValueError(
+        raise ConfigError(
             f"weights must have one entry per reward component ({num_components}), got shape {tuple(w.shape)}"
         )
     # (K numbers: checked in Python, cheaper than a tensor reduction)
     if not all(math.isfinite(v) for v in w.tolist()):
-        raise ValueError(f"weights must be finite, got {w.tolist()}")
+        raise ConfigError(f"weights must be finite, got {w.tolist()}")
     return w.to(device)
 
 

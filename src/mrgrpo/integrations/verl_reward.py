@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from mrgrpo.errors import ConfigError, InputError
+
 # extra_info keys verl (or mrgrpo's verl rows) add; not reward columns
 VERL_EXTRA_KEYS = ("num_turns", "rollout_reward_scores", "mrgrpo_task")
 
@@ -88,7 +90,7 @@ def load_task_suite(
     if weights is None and os.environ.get("MRGRPO_VERL_WEIGHTS"):
         weights = json.loads(os.environ["MRGRPO_VERL_WEIGHTS"])
     if not isinstance(suite_options, Mapping):
-        raise ValueError(f"suite_options must be a mapping, got {suite_options!r}")
+        raise ConfigError(f"suite_options must be a mapping, got {suite_options!r}")
     plain_weights = dict(weights) if isinstance(weights, Mapping) else (list(weights) if weights is not None else None)
     return _suite(task, suite, json.dumps(dict(suite_options), sort_keys=True), json.dumps(plain_weights))
 
@@ -110,11 +112,11 @@ def compute_score_batch(
     if task is None and extra_infos:  # rows made by Task.verl_row name their task
         named = {(info or {}).get("mrgrpo_task") for info in extra_infos} - {None}
         if len(named) > 1:
-            raise ValueError(f"one batch holds rows of several tasks {sorted(named)}; score them separately")
+            raise InputError(f"one batch holds rows of several tasks {sorted(named)}; score them separately")
         task = next(iter(named), None)
     found, reward_suite = load_task_suite(suite, suite_options, weights, task)
     if len(ground_truths) != n or len(data_sources) != n:
-        raise ValueError(f"{n} solutions, {len(ground_truths)} ground truths, {len(data_sources)} data sources")
+        raise InputError(f"{n} solutions, {len(ground_truths)} ground truths, {len(data_sources)} data sources")
     infos = [dict(info or {}) for info in (extra_infos if extra_infos is not None else [None] * n)]
     keys = sorted({k for info in infos for k in info} - set(VERL_EXTRA_KEYS))
     columns: dict[str, list[Any]] = {k: [info.get(k) for info in infos] for k in keys}

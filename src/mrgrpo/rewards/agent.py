@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.rewards.agentdojo_runtime import AgentItem, grounded_utility, replay_episode, task_suite, tool_overlap
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.tool_call import as_call
@@ -233,7 +234,7 @@ class _BatchScorer:
         for i, completion in enumerate(completions):
             item = {k: (columns[k][i] if k in columns else None) for k in _ITEM_KEYS}
             if item["suite"] is None or item["user_task"] is None:
-                raise ValueError("the agent suite needs the columns suite and user_task (see mrgrpo.data.agentdojo.load_agentdojo)")
+                raise InputError("the agent suite needs the columns suite and user_task (see mrgrpo.data.agentdojo.load_agentdojo)")
             trace_text = traces[i] if traces is not None else None
             trace = json.loads(trace_text) if trace_text else trace_from_completion(completion)
             injections = columns["injections"][i] if "injections" in columns else ""
@@ -260,7 +261,7 @@ def agent_suite(weights: dict[str, float] | None = None, workers: int | None = N
             (default; ``False``: AgentDojo's check alone).
     """
     if not isinstance(grounded, bool):
-        raise ValueError(f"agent suite: grounded must be true or false, got {grounded!r}")
+        raise ConfigError(f"agent suite: grounded must be true or false, got {grounded!r}")
     scorer = _BatchScorer(workers, grounded)
 
     def utility(prompts: list, completions: list, **columns: Any) -> list[float | None]:
@@ -284,7 +285,7 @@ def agent_suite(weights: dict[str, float] | None = None, workers: int | None = N
     chosen = dict(DEFAULT_WEIGHTS, **(weights or {}))
     unknown = sorted(set(chosen) - set(DEFAULT_WEIGHTS))
     if unknown:
-        raise ValueError(f"agent suite has no component(s) {unknown}; it has {list(DEFAULT_WEIGHTS)}")
+        raise ConfigError(f"agent suite has no component(s) {unknown}; it has {list(DEFAULT_WEIGHTS)}")
     components = (
         RewardComponent("utility", (0.0, 1.0), utility),
         RewardComponent("security", (0.0, 1.0), security),

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.extras import require
 
 SUITES = ("workspace", "travel", "banking", "slack")
@@ -78,7 +79,7 @@ def task_suite(name: str, version: str = DEFAULT_VERSION) -> Any:
     from agentdojo.task_suite.load_suites import get_suite
 
     if name not in SUITES:
-        raise ValueError(f"unknown AgentDojo suite {name!r}; available: {', '.join(SUITES)}")
+        raise ConfigError(f"unknown AgentDojo suite {name!r}; available: {', '.join(SUITES)}")
     return get_suite(version, name)
 
 

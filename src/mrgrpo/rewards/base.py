@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrgrpo.errors import ConfigError, UnknownNameError
+from mrgrpo.errors import ConfigError, InputError, UnknownNameError
 
 RewardFn = Callable[..., list[float | None]]
 
@@ -59,7 +59,7 @@ class RewardComponent:
     def __post_init__(self) -> None:
         lo, hi = self.range
         if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
-            raise ValueError(
+            raise ConfigError(
                 f"reward component {self.name!r}: range must be finite (lo, hi) with hi > lo, got {self.range}"
             )
 
@@ -70,7 +70,7 @@ class RewardComponent:
     def __call__(self, prompts: list, completions: list, **columns: Any) -> list[float | None]:
         values = self.fn(prompts, completions, **columns)
         if len(values) != len(completions):
-            raise ValueError(
+            raise InputError(
                 f"reward component {self.name!r} returned {len(values)} values for {len(completions)} completions"
             )
         lo, hi = self.range
@@ -84,7 +84,7 @@ class RewardComponent:
                 out.append(None)
                 continue
             if not (lo <= value <= hi):
-                raise ValueError(
+                raise InputError(
                     f"reward component {self.name!r} returned {value} for completion {i}, outside its "
                     f"declared range [{lo}, {hi}]: fix the component or widen its range"
                 )
@@ -102,14 +102,14 @@ class RewardSuite:
 
     def __post_init__(self) -> None:
         if not self.components:
-            raise ValueError(f"reward suite {self.name!r} has no components")
+            raise ConfigError(f"reward suite {self.name!r} has no components")
         names = [c.name for c in self.components]
         if len(set(names)) != len(names):
-            raise ValueError(f"reward suite {self.name!r} has duplicate component names: {names}")
+            raise ConfigError(f"reward suite {self.name!r} has duplicate component names: {names}")
         if not self.weights:
             object.__setattr__(self, "weights", tuple(1.0 for _ in self.components))
         if len(self.weights) != len(self.components):
-            raise ValueError(
+            raise ConfigError(
                 f"reward suite {self.name!r}: {len(self.weights)} weights for {len(self.components)} components"
             )
 
@@ -223,7 +223,7 @@ def register_suite(
 
     def decorator(factory: Callable[..., RewardSuite]) -> Callable[..., RewardSuite]:
         if name in _SUITES and _SUITES[name] is not factory:
-            raise ValueError(f"a reward suite named {name!r} is already registered")
+            raise ConfigError(f"a reward suite named {name!r} is already registered")
         _SUITES[name] = factory
         _DECLARED[name] = (tuple(columns), tuple(forwards))
         return factory

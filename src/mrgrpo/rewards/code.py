@@ -65,6 +65,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, probe, run_alone, run_many
 
@@ -505,7 +506,7 @@ def _column(columns: dict, name: str, n: int, default: Any = None) -> list:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         return [values] * n
     if len(values) != n:
-        raise ValueError(f"column {name!r} has {len(values)} entries for {n} completions")
+        raise InputError(f"column {name!r} has {len(values)} entries for {n} completions")
     return list(values)
 
 
@@ -648,7 +649,7 @@ def code_state(suite: RewardSuite) -> CodeRewardState:
         state = getattr(component.fn, "state", None)
         if isinstance(state, CodeRewardState):
             return state
-    raise ValueError(f"suite {suite.name!r} has no code reward component")
+    raise ConfigError(f"suite {suite.name!r} has no code reward component")
 
 
 def _limits(timeout: float | None, memory_mb: int | None, limits: Limits | None) -> Limits:
@@ -701,7 +702,7 @@ def code_suite(
     available = _components(state)
     unknown = [c for c in components if c not in available]
     if unknown:
-        raise ValueError(f"unknown code reward component(s) {unknown}; available: {sorted(available)}")
+        raise ConfigError(f"unknown code reward component(s) {unknown}; available: {sorted(available)}")
     defaults = dict(zip(CODE_COMPONENTS, CODE_WEIGHTS))
     chosen = tuple(available[c] for c in components)
     weights = tuple(weights) if weights is not None else tuple(defaults.get(c, 1.0) for c in components)

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.extras import import_extra, require
 from mrgrpo.rewards.base import (
     RewardComponent,
@@ -64,7 +65,7 @@ _BOXED = "\\boxed{"
 
 def _check_format_name(answer_format: str) -> None:
     if answer_format not in ANSWER_FORMATS:
-        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+        raise ConfigError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
 
 
 def instruction(answer_format: str = "answer_tag", think: bool = False) -> str:
@@ -269,7 +270,7 @@ def _column(columns: dict[str, Any], name: str, n: int) -> list:
     if values is None:
         return [""] * n
     if len(values) != n:
-        raise ValueError(f"column {name!r} has {len(values)} entries for {n} completions")
+        raise InputError(f"column {name!r} has {len(values)} entries for {n} completions")
     return list(values)
 
 
@@ -280,7 +281,7 @@ def correctness_reward(answer_format: str = "answer_tag", partial_credit: bool =
     def fn(prompts: list, completions: list, **columns: Any) -> list[float | None]:
         n = len(completions)
         if columns.get("answer") is None:
-            raise ValueError("math correctness needs an 'answer' column (see mrgrpo.rewards.math)")
+            raise InputError("math correctness needs an 'answer' column (see mrgrpo.rewards.math)")
         answers = _column(columns, "answer", n)
         tasks, configs, entries = (_column(columns, c, n) for c in ("task", "task_config", "task_entry"))
         scores: list[float | None] = []
@@ -330,7 +331,7 @@ def length_reward(thresholds: Sequence[int] = DEFAULT_LENGTH_THRESHOLDS, tokeniz
     """``length`` in [0, 1], graded linearly between the two token thresholds."""
     lo, hi = (int(t) for t in thresholds)
     if not 0 <= lo < hi:
-        raise ValueError(f"length thresholds must satisfy 0 <= lo < hi, got {tuple(thresholds)}")
+        raise ConfigError(f"length thresholds must satisfy 0 <= lo < hi, got {tuple(thresholds)}")
 
     def fn(prompts: list, completions: list, **columns: Any) -> list[float | None]:
         return [graded_length(count_tokens(completion_text(c), tokenizer), (lo, hi)) for c in completions]

@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from mrgrpo.errors import InputError
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 
 Call = tuple[str, dict[str, Any]]  # (function name, arguments)
@@ -386,9 +387,9 @@ def _text_scores(text: str, ground_truth: str, functions: str) -> dict:
 def _scores_for(completions: list, columns: Mapping[str, Any]) -> list[dict]:
     for needed in ("functions", "ground_truth"):
         if columns.get(needed) is None:
-            raise ValueError(f"tool-call rewards need a {needed!r} column (see mrgrpo.rewards.tool_call)")
+            raise InputError(f"tool-call rewards need a {needed!r} column (see mrgrpo.rewards.tool_call)")
         if len(columns[needed]) != len(completions):
-            raise ValueError(f"column {needed!r} has {len(columns[needed])} entries for {len(completions)} completions")
+            raise InputError(f"column {needed!r} has {len(columns[needed])} entries for {len(completions)} completions")
     return [
         _text_scores(completion_text(c), g, f)
         for c, g, f in zip(completions, columns["ground_truth"], columns["functions"])

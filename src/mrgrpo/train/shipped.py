@@ -14,6 +14,12 @@ the same name always wins.
 ``mrgrpo configs list`` prints each name with the first line of its header comment;
 ``mrgrpo configs copy NAME [DEST]`` writes a copy to edit (default ``./NAME.yaml``; an existing
 file is refused unless ``--force``), as torchtune's ``tune ls`` / ``tune cp`` do.
+
+Besides the configs, one *kit* ships: ``verl``, the verl launcher (``run.sh``, its Hydra config
+``mrgrpo_math.yaml``, ``prepare_data.py`` and a README), kept in the package at
+``mrgrpo/integrations/verl/example/`` (a checkout's ``examples/verl`` links to it).
+``mrgrpo configs copy verl [DEST]`` copies the folder to ``DEST`` (default ``./examples/verl``,
+so the README's ``bash examples/verl/run.sh`` works as written after ``pip install``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,15 @@ def available() -> dict[str, Path]:
     root = shipped_dir()
     found = {p.relative_to(root).with_suffix("").as_posix(): p for p in root.rglob(f"*{SUFFIX}") if p.is_file()}
     return dict(sorted(found.items(), key=lambda item: (item[0].count("/"), item[0])))
+
+
+#: Folders that ship beside the configs: name -> (folder inside the package, default destination).
+KITS = {"verl": ("integrations/verl/example", "examples/verl")}
+
+
+def kit_dir(name: str) -> Path:
+    """The shipped folder of the kit ``name`` (inside the installed ``mrgrpo`` package)."""
+    return shipped_dir().parent / KITS[name][0]
 
 
 def config_name(text: str) -> str:
@@ -83,9 +98,11 @@ def summary(path: Path) -> str:
 def copy(name: str, dest: str | Path | None = None, force: bool = False) -> Path:
     """Copy the shipped config ``name`` to ``dest`` (a file, or a directory to put ``<name>.yaml`` in;
     default the current directory); returns the written path."""
+    if name in KITS:
+        return copy_kit(name, dest, force)
     source = lookup(name)
     if source is None:
-        raise ConfigError(f"no shipped config {name!r}; shipped configs: {', '.join(available())}")
+        raise ConfigError(f"no shipped config {name!r}; shipped configs: {', '.join([*available(), *KITS])}")
     target = Path(dest) if dest is not None else Path(".")
     if target.is_dir():
         target = target / source.name
@@ -94,6 +111,24 @@ def copy(name: str, dest: str | Path | None = None, force: bool = False) -> Path
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
     return target
+
+
+def copy_kit(name: str, dest: str | Path | None = None, force: bool = False) -> Path:
+    """Copy the kit ``name``'s folder to ``dest`` (default its ``KITS`` destination under the current
+    directory); an existing non-empty destination is refused unless ``force``. Returns the folder."""
+    source = kit_dir(name)
+    target = Path(dest) if dest is not None else Path(KITS[name][1])
+    if target.exists() and any(target.iterdir()) and not force:
+        raise ConfigError(f"{target} already exists and is not empty; pass --force to overwrite it or give another DEST")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(source, target, ignore=ignore, dirs_exist_ok=True)
+    return target
+
+
+def kit_summary(name: str) -> str:
+    """What the kit is, for ``mrgrpo configs list``."""
+    files = ", ".join(sorted(p.name for p in kit_dir(name).iterdir() if p.is_file()))
+    return f"(folder, copies to ./{KITS[name][1]}) the {name} launcher kit: {files}"
 
 
 # ----------------------------------------------------------------------------- commands
@@ -107,17 +142,19 @@ def register(app: typer.Typer) -> None:
     def list_command() -> None:
         """Each shipped config's name (what --config accepts) and what it is."""
         configs = available()
-        width = max(map(len, configs), default=0)
+        width = max(map(len, [*configs, *KITS]), default=0)
         for name, path in configs.items():
             typer.echo(f"{name:<{width}}  {summary(path)}".rstrip())
+        for name in KITS:
+            typer.echo(f"{name:<{width}}  {kit_summary(name)}")
 
     @group.command("copy")
     def copy_command(
         name: Annotated[str, typer.Argument(help="a name from `mrgrpo configs list`")],
-        dest: Annotated[Optional[Path], typer.Argument(help="file or directory (default: ./NAME.yaml)")] = None,
+        dest: Annotated[Optional[Path], typer.Argument(help="file or directory (default: ./NAME.yaml; verl: ./examples/verl)")] = None,
         force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
     ) -> None:
-        """Copy a shipped config to edit it (then: mrgrpo train --config THAT_FILE)."""
+        """Copy a shipped config to edit it (then: mrgrpo train --config THAT_FILE), or the verl kit's folder."""
         typer.echo(str(copy(name, dest, force)))
 
     app.add_typer(group, name="configs")

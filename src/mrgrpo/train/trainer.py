@@ -235,12 +235,12 @@ class MultiRewardMixin:
         **kwargs: Any,
     ) -> None:
         if isinstance(diagnostics_every, bool) or not isinstance(diagnostics_every, int) or diagnostics_every < 1:
-            raise ValueError(f"diagnostics_every must be an int >= 1, got {diagnostics_every!r}")
+            raise ConfigError(f"diagnostics_every must be an int >= 1, got {diagnostics_every!r}")
         trl_compat.check_trainer_class(type(self))
         grpo_args = kwargs.get("args", args[2] if len(args) > 2 else None)  # (model, reward_funcs, args)
         if suite is not None:
             if kwargs.get("reward_funcs") is not None:
-                raise ValueError("pass either suite= or reward_funcs=, not both")
+                raise ConfigError("pass either suite= or reward_funcs=, not both")
             if args:
                 raise TypeError("with suite=, pass the other GRPOTrainer arguments by keyword")
             names: list[str] | None = suite.names

@@ -82,7 +82,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from functools import lru_cache
 
-from mrgrpo.errors import IsolationError
+from mrgrpo.errors import ConfigError, IsolationError
 from mrgrpo.rewards.sandbox import processes
 from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, free_names
 from mrgrpo.rewards.sandbox.null import null_job
@@ -160,7 +160,7 @@ def _payloads(
         cases = _stdio_pairs(job.tests)
         judge.update(mode="stdio", stdio_cases=cases, n_cases=len(cases))
     elif fmt != "none":
-        raise ValueError(f"unknown test format {fmt!r}; expected humaneval | assert | stdio | none")
+        raise ConfigError(f"unknown test format {fmt!r}; expected humaneval | assert | stdio | none")
     candidate = {
         "program": job.program,
         "workdir": workdir,

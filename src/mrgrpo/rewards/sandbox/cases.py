@@ -33,6 +33,8 @@ import ast
 from collections.abc import Sequence
 from functools import lru_cache
 
+from mrgrpo.errors import ConfigError, InputError
+
 CASES_FUNCTION = "__mrgrpo_cases__"
 _ERROR_NAME = "__mrgrpo_error__"
 
@@ -79,7 +81,7 @@ def _wrap(statement: ast.stmt) -> ast.stmt:
 
 def _cases_function(body: list[ast.stmt], parameter: str) -> tuple[ast.FunctionDef, int]:
     if any(_has_own_yield(s) for s in body):
-        raise ValueError("test bodies that yield cannot be split into cases")
+        raise InputError("test bodies that yield cannot be split into cases")
     n_cases = sum(_is_case(s) for s in body)
     first = body[0] if body else None
     w = {k: getattr(first, k, default) for k, default in (("lineno", 1), ("col_offset", 0), ("end_lineno", 1), ("end_col_offset", 0))}
@@ -118,17 +120,17 @@ def build_tree(tests: str, test_format: str) -> tuple[ast.Module, int]:
     if test_format == "humaneval":
         checks = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == "check"]
         if not checks:
-            raise ValueError("a humaneval-style test must define check(candidate)")
+            raise InputError("a humaneval-style test must define check(candidate)")
         check = checks[-1]
         if len(check.args.args) != 1:
-            raise ValueError("check() must take exactly one argument (the candidate)")
+            raise InputError("check() must take exactly one argument (the candidate)")
         prelude = [s for s in module.body if s is not check]
         function, n_cases = _cases_function(list(check.body), check.args.args[0].arg)
     elif test_format == "assert":
         prelude = []
         function, n_cases = _cases_function(list(module.body), "candidate")
     else:
-        raise ValueError(f"unknown test format {test_format!r}; expected 'humaneval' or 'assert'")
+        raise ConfigError(f"unknown test format {test_format!r}; expected 'humaneval' or 'assert'")
     return ast.Module(prelude + [function], type_ignores=[]), n_cases  # every new node located
 
 
