@@ -1,10 +1,10 @@
 """The headline (docs/results.md, "Headline on a real model") reproduces: the first steps of
-seed 5 rerun here give the committed training curves of docs/results/smollm2-brevity10-seeds5-14
-(the pre-registered follow-up, whose every run's files are committed; the first table,
-docs/results/smollm2-brevity10, kept only its summary: its run files were ignored by git).
+seed 0 (the pre-registered table, docs/results/smollm2-brevity10) and of seed 5 (the
+pre-registered follow-up, docs/results/smollm2-brevity10-seeds5-14) rerun here give the committed
+training curves, and each table's committed summary is what its committed run files give.
 
-The runs train SmolLM2-135M-Instruct for 20 steps; this check reruns 3 steps of seed 5
-for two estimators (``grpo``, which learns bare numbers under the x10 brevity bonus, and
+The runs train SmolLM2-135M-Instruct for 20 steps; this check reruns 3 steps of one seed of each
+table for two estimators (``grpo``, which learns bare numbers under the x10 brevity bonus, and
 ``gdpo``, which learns the task) with one CPU thread, as ``mrgrpo compare --jobs 2`` ran them,
 and compares each step's batch mean of every reward component with the committed
 ``result.json``, with no tolerance: all 3 steps on a host whose torch CPU kernels are the
@@ -13,7 +13,8 @@ the first update changes later samples on other kernels). The curves are means o
 correctness and format; the brevity bonus is a function of the token count), so they are equal
 exactly when the sampled completions are the same: a change in what the model samples shows as
 a changed mean, not as a rounding difference. The 20-step runs' held-out numbers are not rerun
-here (about 4 minutes a run); the same command as in docs/results.md reproduces them.
+here (about 6 minutes a run); the command in docs/results.md reproduces them (it did: the
+first table's run files are such a rerun, and its summary equals the one the original runs wrote).
 
 The constant learning rate makes the first 3 steps of a 3-step run the first 3 of a 20-step
 run (the data order and sampling seeds do not depend on ``max_steps``).
@@ -30,21 +31,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mrgrpo.experiments.compare import load_compare_config, platform_info
+from mrgrpo.experiments.compare import load_compare_config, load_records, platform_info, summarize
 
 ROOT = Path(__file__).parents[2]
 CONFIG = ROOT / "configs" / "testbed" / "smollm2_brevity10.yaml"
 COMMITTED = ROOT / "docs" / "results" / "smollm2-brevity10-seeds5-14"
 FIRST_TABLE = ROOT / "docs" / "results" / "smollm2-brevity10"
-SEED = 5
 STEPS = 3
 
 
-@pytest.mark.slow  # two 3-step SmolLM2 runs at one thread
+@pytest.mark.slow  # four 3-step SmolLM2 runs at one thread
+@pytest.mark.parametrize("table, seed", [(FIRST_TABLE, 0), (COMMITTED, 5)], ids=["seed0", "seed5"])
 @pytest.mark.parametrize("estimator", ["grpo", "gdpo"])
-def test_seed5_first_steps_reproduce_the_committed_curves(estimator, tmp_path):
-    committed = json.loads((COMMITTED / "runs" / estimator / f"seed{SEED}" / "result.json").read_text())
-    assert committed["estimator"] == estimator and committed["seed"] == SEED and committed["steps"] == 20
+def test_first_steps_reproduce_the_committed_curves(table, seed, estimator, tmp_path):
+    committed = json.loads((table / "runs" / estimator / f"seed{seed}" / "result.json").read_text())
+    assert committed["estimator"] == estimator and committed["seed"] == seed and committed["steps"] == 20
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     # the run config of `mrgrpo compare`: the comparison's config without its `experiment` section
@@ -53,7 +54,7 @@ def test_seed5_first_steps_reproduce_the_committed_curves(estimator, tmp_path):
     run_config.write_text(yaml.safe_dump(train, sort_keys=False))
     out = tmp_path / "run"
     command = [sys.executable, "-m", "mrgrpo.cli", "train", "--config", str(run_config), "--estimator", estimator,
-               "--set", f"seed={SEED}", "--set", f"max_steps={STEPS}", "--set", f"save_steps={STEPS}", "--out", str(out)]
+               "--set", f"seed={seed}", "--set", f"max_steps={STEPS}", "--set", f"save_steps={STEPS}", "--out", str(out)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     if not json.loads((out / "grpo_config.json").read_text())["bf16"]:
@@ -65,26 +66,29 @@ def test_seed5_first_steps_reproduce_the_committed_curves(estimator, tmp_path):
     # from the pretrained weights); after an update the weights differ in rounding, and that
     # changes samples (measured on the first table's seed 0: with torch's AVX2 kernels on the
     # AVX512 host that made it, gdpo's step-2 format mean is 0.5 instead of 0.375).
-    table_kernels = json.loads((COMMITTED / "summary.json").read_text())["platform"]["cpu_capability"]
+    table_kernels = json.loads((table / "summary.json").read_text())["platform"]["cpu_capability"]
     kernels = platform_info()["cpu_capability"]  # this process's environment is the run's (ATEN_CPU_CAPABILITY included)
     compared = STEPS if kernels == table_kernels else 1
     for name in committed["names"]:
         got = [m.get(f"mrgrpo/rewards/{name}") for m in metrics][:compared]
         want = committed["curves"][name][:compared]
-        assert got == want, f"{estimator} seed {SEED}, {name}: {got} != committed {want} (kernels {kernels}, table {table_kernels})"
+        assert got == want, f"{estimator} seed {seed}, {name}: {got} != committed {want} (kernels {kernels}, table {table_kernels})"
 
 
-def test_the_first_table_is_complete():
-    """docs/results/smollm2-brevity10 holds the summary of the pre-registered table: 6 estimators ×
-    seeds 0–4, 20 steps, held-out evaluation of 64 prompts × 4 samples, and the pretrained model's
-    evaluation."""
-    summary = json.loads((FIRST_TABLE / "summary.json").read_text())
-    assert summary["estimators"] == ["grpo", "gdpo", "mo_grpo", "sa_mrpo", "corr_grpo", "corr_grpo(numerator=standardized)"]
-    assert summary["seeds"] == [0, 1, 2, 3, 4] and summary["steps"] == 20
-    assert summary["eval_info"]["prompts"] == 64 and summary["eval_info"]["samples"] == 4
-    for estimator in summary["estimators"]:
-        cells = summary["table"]["eval"][estimator]
-        assert set(cells) == {"correctness", "format", "length", "total"} and all(c["n"] == 5 for c in cells.values())
+def test_the_first_table_is_complete_and_its_summary_is_what_its_runs_give():
+    """docs/results/smollm2-brevity10 holds every run of the pre-registered table (6 estimators ×
+    seeds 0–4, 20 steps, 64 held-out prompts × 4 samples) and the pretrained model's evaluation;
+    its summary's tables and paired comparisons are what those runs give."""
+    committed = json.loads((FIRST_TABLE / "summary.json").read_text())
+    records, estimators = load_records(FIRST_TABLE)
+    assert estimators == ["grpo", "gdpo", "mo_grpo", "sa_mrpo", "corr_grpo", "corr_grpo(numerator=standardized)"]
+    assert committed["seeds"] == [0, 1, 2, 3, 4] and len(records) == 30
+    for record in records:
+        assert record["steps"] == 20 and all(len(curve) == 20 for curve in record["curves"].values())
+        assert record["eval_info"]["prompts"] == 64 and record["eval_info"]["samples"] == 4
+    summary = summarize(records, estimators, committed["seeds"])
+    for key in ("names", "objectives", "ranges", "weights", "views", "table", "paired", "steps", "eval_info"):
+        assert summary[key] == committed[key], key
     assert json.loads((FIRST_TABLE / "start.json").read_text())["seeds"] == [0, 1, 2, 3, 4]
 
 
@@ -96,7 +100,6 @@ def test_the_follow_up_is_complete_and_redraws_the_readme_figure(tmp_path):
     from typer.testing import CliRunner
 
     from mrgrpo.cli import app
-    from mrgrpo.experiments.compare import load_records
 
     records, estimators = load_records(COMMITTED)
     assert estimators == ["grpo", "gdpo", "corr_grpo(numerator=standardized)"]
@@ -105,7 +108,10 @@ def test_the_follow_up_is_complete_and_redraws_the_readme_figure(tmp_path):
         assert record["steps"] == 20 and all(len(curve) == 20 for curve in record["curves"].values())
         assert record["eval_info"]["prompts"] == 64 and record["eval_info"]["samples"] == 4
         assert set(record["objectives"]["eval"]) == {"correctness", "format", "length", "total"}
-    paired = json.loads((COMMITTED / "summary.json").read_text())["paired"]["eval"]
+    committed = json.loads((COMMITTED / "summary.json").read_text())
+    summary = summarize(records, estimators, committed["seeds"])
+    assert summary["table"] == committed["table"] and summary["paired"] == committed["paired"]
+    paired = committed["paired"]["eval"]
     for estimator in estimators[1:]:
         assert paired[estimator]["correctness"]["n"] == 10 and paired[estimator]["correctness"]["p_holm"] < 0.05
     figure = tmp_path / "headline.png"

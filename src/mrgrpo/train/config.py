@@ -126,6 +126,14 @@ class TrainConfig(StrictConfig):
         description="compute each group's prompt once in the loss's forward (rollouts of one prompt in one "
         "micro-batch: per_device_train_batch_size >= num_generations); needs trainer.gradient_checkpointing off",
     )
+    malloc_mmap_threshold_kib: int | None = Field(
+        None,
+        ge=4,
+        le=32768,
+        description="Linux/glibc: allocations of at least this many KiB are mmapped and returned to the system "
+        "when freed (glibc's mmap threshold, fixed: mrgrpo.train.memory), so a CPU run's RSS follows its live "
+        "tensors instead of ratcheting up; None keeps glibc's default (the demo sets 256)",
+    )
     trainer: dict[str, Any] = Field(
         default_factory=dict,
         description="GRPOConfig fields, passed through; bf16 may also be auto (the default: bfloat16 only where "

@@ -41,6 +41,7 @@ from typing import Any
 
 from mrgrpo.train.children import reaped_children
 from mrgrpo.train.config import ConfigError, TrainConfig, apply_overrides, validate_config
+from mrgrpo.train.memory import set_mmap_threshold
 from mrgrpo.train.precision import AUTO, Precision, resolve_bf16
 from mrgrpo.yaml_numbers import load_yaml
 
@@ -327,6 +328,8 @@ def run_train(
         if last_checkpoint(run_dir) is not None:
             raise ConfigError(f"{run_dir} already holds checkpoints: use --resume {run_dir} or another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if config.malloc_mmap_threshold_kib is not None and not set_mmap_threshold(config.malloc_mmap_threshold_kib):
+        console.print("malloc_mmap_threshold_kib: this C library is not glibc; the setting has no effect here")
     args = grpo_config(config, run_dir)
     console.print(run_precision(config).line())
     if resume_plan is None:
