@@ -65,6 +65,7 @@ class Case:
     state: dict[str, Any] | None = None  # the state the estimator resumes from
     loop_options: dict[str, Any] = field(default_factory=dict)  # what the loop takes instead of the state
     unit_weights_at: tuple[int, ...] = ()  # components whose weight must be 1 (a cost's)
+    zero_weights_at: tuple[int, ...] = ()  # components given weight 0 (they must take no part)
 
 
 def _constrained(options, multipliers):
@@ -80,6 +81,11 @@ CASES: dict[str, list[Case]] = {
     "dvao": [Case(o) for o in ({}, {"eps": 0.0, "ddof": 0}, {"eps": 1e-2, "ddof": 1})],
     "gd2po": [Case(o, "edge_signed") for o in ({}, {"mode": "hard"}, {"mode": "snr", "tau": 0.3}, {"tau": 2.0},
                                                  {"eps": 1e-4, "ddof": 0})],
+    # rvpo: a component of weight 0 takes no part in the soft-min
+    "rvpo": [Case(o, zero_weights_at=(1,)) for o in ({}, {"kappa": 0.0}, {"kappa": 5.0}, {"kappa": 0.05},
+                                                     {"kappa": -1.0, "eps": 1e-4, "ddof": 0}, {"kappa": 1e3})],
+    "gdpo_loo": [Case(o, "edge_signed") for o in ({}, {"leave_one_out": False}, {"eps": 0.0}, {"batch_norm": False},
+                                                  {"leave_one_out": False, "eps": 1e-3})],
     "mo_grpo": [Case(o, "edge_signed") for o in ({}, {"eps": 0.0, "ddof": 0}, {"eps": 1e-3, "ddof": 1})],
     "saw": [Case(o, "edge_signed", ((0, True), (1, True), (2, False), (3, False))) for o in (
         {},
@@ -115,6 +121,8 @@ def check_parity(name, case, seed, nan, contiguous, dtype, make, rel_error):
         options["reward_ranges"] = [(-30.0, 30.0)] * rewards.shape[1]
     if case.unit_weights_at:
         weights[list(case.unit_weights_at)] = 1.0
+    if case.zero_weights_at:
+        weights[list(case.zero_weights_at)] = 0.0
     rewards = rewards.astype(np.float32 if dtype == F32 else np.float64)
     ours, _ = compute_advantages_with_state(torch.from_numpy(rewards), ids, name, weights, state=case.state, **options)
     assert ours.dtype == dtype and bool(torch.isfinite(ours).all())
