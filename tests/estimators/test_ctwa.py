@@ -56,6 +56,8 @@ OPTIONS = [
     {"cov_targets": 0.4, "obj_targets": [0.6, 10.0, 10.0], "ema_tau": 0.3, "lr": 0.5},
     {"cov_targets": [0.9, 0.5, 0.7], "use_corr_target": True, "gate_by_obj_targets": False, "base": "grpo", "lr": 0.1},
     {"cov_targets": [0.3, 0.2, 0.25], "obj_targets": [0.0, 0.0, 0.0], "gate_by_obj_targets": False, "ema_tau": 1.0},
+    {"cov_targets": [0.3, 0.2, 0.25], "gate_by_obj_targets": False, "global_metrics": True},
+    {"cov_targets": [0.9, 0.5, 0.7], "use_corr_target": True, "gate_by_obj_targets": False, "global_metrics": True, "lr": 0.1},
 ]
 
 
@@ -166,6 +168,37 @@ def test_outliers_median_and_correlation_are_the_sources():
     assert ours["corr"][0] == pytest.approx(float(np.mean(group0[0] * group0[1]) / (np.std(group0[0]) * np.std(group0[1]))), abs=1e-12)
 
 
+def test_global_metrics_pools_the_groups_centred_products_as_the_source_does():
+    # the source's pooled mode restated: within-group centring, then sums over every row of the
+    # groups of >= 2 kept rows; cov = Σuc·wc/n, corr = cov/(sqrt(Σuc²/n)·sqrt(Σwc²/n))
+    ids = [0, 0, 0, 0, 1, 1, 1, 1, 2, 3, 3]
+    rewards = np.array([[1.0, 0.2], [0.0, 0.4], [1.0, 0.4], [0.0, 0.9], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0],
+                        [0.5, 0.5], [0.0, 0.3], [1.0, 0.1]])
+    s = np.array([0.1, -0.2, 0.3, 0.05, 0.2, -0.1, 500.0, 0.1, 0.3, -0.4, 0.6])  # 500: an outlier, dropped
+    from mrgrpo.estimators.ctwa import signal_statistics
+
+    ours = signal_statistics(torch.from_numpy(rewards), make_groups(ids, 11), torch.from_numpy(s), global_metrics=True)
+    keep = [i for i in range(11) if i != 6]
+    cross, uu, ww, n = np.zeros(2), np.zeros(2), 0.0, 0
+    for g in (0, 1, 3):  # group 2 has one row
+        rows = [i for i in keep if ids[i] == g]
+        uc = rewards[rows] - rewards[rows].mean(axis=0)
+        wc = s[rows] - s[rows].mean()
+        cross += (uc * wc[:, None]).sum(axis=0)
+        uu += (uc * uc).sum(axis=0)
+        ww += float((wc * wc).sum())
+        n += len(rows)
+    cov = cross / n
+    corr = cov / (np.sqrt(uu / n) * np.sqrt(ww / n))
+    np.testing.assert_allclose(ours["cov"], cov, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ours["corr"], corr, rtol=0, atol=1e-12)
+    per_group = signal_statistics(torch.from_numpy(rewards), make_groups(ids, 11), torch.from_numpy(s))
+    assert not np.allclose(per_group["cov"], ours["cov"])  # (the two modes differ on this batch)
+    expected = reference.ctwa_statistics(rewards, ids, s, global_metrics=True)
+    np.testing.assert_allclose(ours["cov"], expected["cov"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ours["corr"], expected["corr"], rtol=0, atol=1e-12)
+
+
 def test_the_gate_stops_an_objective_that_meets_its_target():
     ids = np.repeat(np.arange(4), 4)
     rng = np.random.default_rng(5)
@@ -183,7 +216,8 @@ def test_the_gate_stops_an_objective_that_meets_its_target():
     "options,message",
     [({"base": "ppo"}, "base must be one of"), ({"ema_tau": 1.5}, "ema_tau must be in"), ({"lr": -0.1}, "lr must be in"),
      ({"cov_targets": [0.1, 0.2]}, "cov_targets has 2 entries but there are 3 components"),
-     ({"use_corr_target": 1}, "use_corr_target must be True or False"), ({"obj_targets": "high"}, "obj_targets must be")],
+     ({"use_corr_target": 1}, "use_corr_target must be True or False"), ({"obj_targets": "high"}, "obj_targets must be"),
+     ({"global_metrics": "yes"}, "global_metrics must be True or False")],
 )
 def test_bad_options_raise_one_line(options, message):
     with pytest.raises(ConfigError, match=message) as error:
@@ -196,6 +230,7 @@ def test_defaults_are_the_official_configs_first_component_then_the_others():
     assert spec.options["cov_targets"] is None and spec.options["obj_targets"] is None
     assert spec.options["ema_tau"] == 0.1 and spec.options["lr"] == 0.02 and spec.options["base"] == "reinforce_pp"
     assert spec.options["use_corr_target"] is False and spec.options["gate_by_obj_targets"] is True
+    assert spec.options["global_metrics"] is False
     from mrgrpo.estimators.ctwa import per_component
 
     assert per_component(None, 3, "cov_targets") == [0.1, 0.05, 0.05]  # the official config's three
@@ -245,5 +280,6 @@ def test_mrgrpo_estimators_lists_it_with_its_options():
     assert result.exit_code == 0, result.output
     row = next(r for r in json.loads(result.output) if r["name"] == "ctwa")
     assert row["options"]["cov_targets"] is None and row["options"]["lr"] == 0.02 and row["options"]["ema_tau"] == 0.1
-    assert set(row["options"]) == {"base", "cov_targets", "obj_targets", "use_corr_target", "gate_by_obj_targets", "ema_tau", "lr"}
+    assert set(row["options"]) == {"base", "cov_targets", "obj_targets", "use_corr_target", "gate_by_obj_targets", "ema_tau", "lr",
+                                   "global_metrics"}
     assert row["traits"]["stateful"] and row["traits"]["signal"] == "clipped_ratio_advantage"

@@ -95,6 +95,7 @@ def _validate(options: dict, num_components: int | None) -> None:
         "gate_by_obj_targets": lambda v: check_bool(v, "gate_by_obj_targets", NAME),
         "ema_tau": lambda v: number_option(v, "ema_tau", NAME, low=0.0, high=1.0),
         "lr": lambda v: number_option(v, "lr", NAME, low=0.0),
+        "global_metrics": lambda v: check_bool(v, "global_metrics", NAME),
     })
 
 
@@ -131,9 +132,8 @@ def base_advantages(rewards: Tensor, groups: Groups, weights: Tensor, base: str)
     return out.to(rewards.dtype)
 
 
-def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor) -> dict[str, Any]:
-    """The source's per-component statistics of one batch (``compute_ctwa_stats``, its
-    per-group mode), in float64:
+def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor, global_metrics: bool = False) -> dict[str, Any]:
+    """The source's per-component statistics of one batch (``compute_ctwa_stats``), in float64:
 
     * rollouts with a non-finite ``s``, or ``|s| > 100·median|s|`` (median over the finite
       ``|s|``, numpy's: the mean of the two middle values for an even count; no cut when it
@@ -143,7 +143,11 @@ def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor) -> dict[s
       (population stds; counted only where ``std_r·std_s > 1e-8``);
     * ``cov`` averaged over those groups, ``corr`` over the groups where it counted (0 where
       none did); ``objective_mean`` the batch mean of each raw component over its scored
-      entries (all rollouts; NaN where none).
+      entries (all rollouts; NaN where none);
+    * ``global_metrics=True`` (the source's pooled mode): the same groups' centred products
+      pooled instead of averaged, ``cov = Σ (r − r̄_g)(s − s̄_g) / n`` and
+      ``corr = cov / (sqrt(Σ (r − r̄_g)²/n) · sqrt(Σ (s − s̄_g)²/n))`` (0 where that product is
+      ``<= 1e-8``), ``n`` the rows of those groups, per component.
 
     Returns plain floats and lists: ``cov``, ``corr``, ``objective_mean`` ``[K]``, ``kept``,
     ``groups`` (the number of groups of at least two kept rollouts)."""
@@ -174,10 +178,21 @@ def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor) -> dict[s
     denominator = std_u * std_v
     valid = enough & (denominator > CORR_EPS)
     corr = torch.where(valid, cov / torch.where(valid, denominator, torch.ones_like(denominator)), torch.zeros_like(cov))
-    groups_k = enough.sum(dim=0).to(torch.float64)
-    cov_mean = torch.where(enough, cov, torch.zeros_like(cov)).sum(dim=0) / groups_k.clamp(min=1.0)
-    corr_count = valid.sum(dim=0).to(torch.float64)
-    corr_mean = corr.sum(dim=0) / corr_count.clamp(min=1.0)
+    if global_metrics:
+        pooled = enough.to(torch.float64)
+        rows = (count * pooled).sum(dim=0)  # [K]
+        per_row = rows.clamp(min=1.0)
+        cov_mean = (groups.sum(du * dv) * pooled).sum(dim=0) / per_row
+        spread = ((groups.sum(du * du) * pooled).sum(dim=0) / per_row).sqrt() * (
+            (groups.sum(dv * dv) * pooled).sum(dim=0) / per_row).sqrt()
+        counted = (rows > 0) & (spread > CORR_EPS)
+        corr_mean = torch.where(counted, cov_mean / torch.where(counted, spread, torch.ones_like(spread)),
+                                torch.zeros_like(cov_mean))
+    else:
+        groups_k = enough.sum(dim=0).to(torch.float64)
+        cov_mean = torch.where(enough, cov, torch.zeros_like(cov)).sum(dim=0) / groups_k.clamp(min=1.0)
+        corr_count = valid.sum(dim=0).to(torch.float64)
+        corr_mean = corr.sum(dim=0) / corr_count.clamp(min=1.0)
     scored = ~torch.isnan(r)
     scored_count = scored.sum(dim=0)
     objective = torch.where(scored, r, torch.zeros_like(r)).sum(dim=0) / scored_count.clamp(min=1)
@@ -250,7 +265,8 @@ def _state(log_weights: list[float], ema: list[float] | None, steps: int, statis
 
 
 def _options(k: int, base: Any, cov_targets: Any, obj_targets: Any, use_corr_target: Any, gate_by_obj_targets: Any,
-             ema_tau: Any, lr: Any) -> tuple[str, list[float], list[float], bool, bool, float, float]:
+             ema_tau: Any, lr: Any, global_metrics: Any = False) -> tuple[str, list[float], list[float], bool, bool, float, float]:
+    check_bool(global_metrics, "global_metrics", NAME)
     return (
         choice_option(base, "base", BASES, NAME),
         per_component(cov_targets, k, "cov_targets"),  # type: ignore[return-value]
@@ -266,7 +282,7 @@ def ctwa_feedback(
     rewards: Tensor, groups: Groups, weights: Tensor, signal: Tensor, state: dict[str, Any] | None, *,
     base: str = "reinforce_pp", cov_targets: Any = None, obj_targets: Any = None,
     use_corr_target: bool = False, gate_by_obj_targets: bool = True, ema_tau: float = 0.1, lr: float = 0.02,
-    source: str = "policy",
+    global_metrics: bool = False, source: str = "policy",
 ) -> dict[str, Any]:
     """The state after one policy update: ``state`` is the one the step's advantages were
     computed from (``None``: the first step), ``signal`` ``[N]`` the per-rollout policy signal
@@ -274,11 +290,11 @@ def ctwa_feedback(
     the state's ``"signal"`` (``"policy"``, or ``"on_policy_limit"`` where ``s = A``)."""
     k = rewards.shape[1]
     _, cov_t, obj_t, use_corr, gate, tau, step = _options(
-        k, base, cov_targets, obj_targets, use_corr_target, gate_by_obj_targets, ema_tau, lr)
+        k, base, cov_targets, obj_targets, use_corr_target, gate_by_obj_targets, ema_tau, lr, global_metrics)
     if signal.dim() != 1 or signal.shape[0] != rewards.shape[0]:
         raise InputError(f"{NAME}: the policy signal must be [N] = [{rewards.shape[0]}], got shape {tuple(signal.shape)}")
     log_weights, ema, steps = _incoming(state, weights)
-    statistics = signal_statistics(rewards, groups, signal)
+    statistics = signal_statistics(rewards, groups, signal, global_metrics)
     log_weights, ema, deficit = update_state(log_weights, ema, statistics, cov_t, obj_t, use_corr, gate, tau, step)
     return _state(log_weights, ema, steps + 1, statistics, deficit, source)
 
@@ -300,6 +316,7 @@ def ctwa(
     gate_by_obj_targets: bool = True,
     ema_tau: float = 0.1,
     lr: float = 0.02,
+    global_metrics: bool = False,
     state: dict[str, Any] | None = None,
 ) -> tuple[Tensor, dict[str, Any]]:
     """CTWA: the base advantage of ``Σ_k w_k r_ik`` with weights that adapt from the policy update.
@@ -329,6 +346,9 @@ def ctwa(
         gate_by_obj_targets: apply the ``obj_targets`` gate (default true).
         ema_tau: the EMA's τ in ``[0, 1]`` (default 0.1; the first statistic initializes it).
         lr: the log-weights' step ``>= 0`` (default 0.02).
+        global_metrics: pool the groups' centred products instead of averaging each group's
+            covariance and correlation (:func:`signal_statistics`; default false, the
+            official config's).
         state: ``None`` (the first step) or the dict a previous step (or its feedback) returned.
 
     Returns:
@@ -340,14 +360,15 @@ def ctwa(
         the incoming one.
     """
     k = rewards.shape[1]
-    base_name, *_ = _options(k, base, cov_targets, obj_targets, use_corr_target, gate_by_obj_targets, ema_tau, lr)
+    base_name, *_ = _options(k, base, cov_targets, obj_targets, use_corr_target, gate_by_obj_targets, ema_tau, lr,
+                             global_metrics)
     log_weights, _, _ = _incoming(state, weights)
     current = torch.tensor([math.exp(v) for v in log_weights], dtype=torch.float64, device=rewards.device)
     advantages = base_advantages(rewards, groups, current, base_name)
     new_state = ctwa_feedback(
         rewards, groups, weights, advantages, state, base=base, cov_targets=cov_targets, obj_targets=obj_targets,
         use_corr_target=use_corr_target, gate_by_obj_targets=gate_by_obj_targets, ema_tau=ema_tau, lr=lr,
-        source="on_policy_limit",
+        global_metrics=global_metrics, source="on_policy_limit",
     )
     return advantages, new_state
 

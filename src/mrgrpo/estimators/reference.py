@@ -399,11 +399,12 @@ def ctwa_advantages(rewards, group_ids, weights, base="reinforce_pp") -> np.ndar
     return out
 
 
-def ctwa_statistics(rewards, group_ids, signal) -> dict:
-    """``compute_ctwa_stats`` of the official code (per-group mode), transcribed as loops: drop
-    non-finite ``s`` and ``|s| > 100·median|s|``; per group of >= 2 kept rows (per component,
-    the rows that scored it) the population covariance and correlation (counted where
-    ``std_u·std_s > 1e-8``), averaged over groups."""
+def ctwa_statistics(rewards, group_ids, signal, global_metrics=False) -> dict:
+    """``compute_ctwa_stats`` of the official code, transcribed as loops: drop non-finite ``s``
+    and ``|s| > 100·median|s|``; per group of >= 2 kept rows (per component, the rows that
+    scored it) the population covariance and correlation (counted where ``std_u·std_s >
+    1e-8``), averaged over groups; ``global_metrics``: the centred products pooled over those
+    groups' rows instead (covariance and the pooled stds' correlation)."""
     rewards = np.asarray(rewards, dtype=np.float64)
     s = np.asarray(signal, dtype=np.float64)
     finite = np.isfinite(s)
@@ -411,6 +412,7 @@ def ctwa_statistics(rewards, group_ids, signal) -> dict:
     keep = finite & (np.abs(s) <= 100.0 * median) if median > 0 else finite
     k_count = rewards.shape[1]
     cov_sum, corr_sum, corr_cnt, n_groups = np.zeros(k_count), np.zeros(k_count), np.zeros(k_count), np.zeros(k_count)
+    cross, u2, w2, n_rows = np.zeros(k_count), np.zeros(k_count), np.zeros(k_count), np.zeros(k_count)
     for rows in rows_by_group(group_ids).values():
         for k in range(k_count):
             used = [r for r in rows if keep[r] and not np.isnan(rewards[r, k])]
@@ -419,6 +421,10 @@ def ctwa_statistics(rewards, group_ids, signal) -> dict:
             u = np.array([rewards[r, k] for r in used])
             v = np.array([s[r] for r in used])
             uc, vc = u - u.mean(), v - v.mean()
+            cross[k] += float(np.sum(uc * vc))
+            u2[k] += float(np.sum(uc * uc))
+            w2[k] += float(np.sum(vc * vc))
+            n_rows[k] += len(used)
             cov = float(np.mean(uc * vc))
             n_groups[k] += 1
             cov_sum[k] += cov
@@ -430,6 +436,13 @@ def ctwa_statistics(rewards, group_ids, signal) -> dict:
     for k in range(k_count):
         column = rewards[~np.isnan(rewards[:, k]), k]
         objective.append(float(column.mean()) if column.size else np.nan)
+    if global_metrics:
+        cov = [c / n if n else 0.0 for c, n in zip(cross, n_rows)]
+        corr = []
+        for k in range(k_count):
+            spread = np.sqrt(u2[k] / n_rows[k]) * np.sqrt(w2[k] / n_rows[k]) if n_rows[k] else 0.0
+            corr.append(cov[k] / spread if spread > 1e-8 else 0.0)
+        return {"cov": cov, "corr": corr, "objective_mean": objective}
     return {
         "cov": [c / n if n else 0.0 for c, n in zip(cov_sum, n_groups)],
         "corr": [c / n if n else 0.0 for c, n in zip(corr_sum, corr_cnt)],
@@ -439,10 +452,10 @@ def ctwa_statistics(rewards, group_ids, signal) -> dict:
 
 def ctwa_update(log_weights, ema, rewards, group_ids, signal, cov_targets=None,
                 obj_targets=None, use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
-                lr=0.02) -> tuple[list[float], list[float]]:
+                lr=0.02, global_metrics=False) -> tuple[list[float], list[float]]:
     """One CTWA weight update (the official ``_ctwa_update_weights_from_metrics``), as loops:
     returns the new ``(log_weights, ema)``; ``ema=None`` on the first update."""
-    stats = ctwa_statistics(rewards, group_ids, signal)
+    stats = ctwa_statistics(rewards, group_ids, signal, global_metrics)
     k_count = len(log_weights)
     targets = _ctwa_targets(cov_targets, k_count, (0.1, 0.05))
     caps = _ctwa_targets(obj_targets, k_count, (1.0, 0.95))
@@ -457,7 +470,7 @@ def ctwa_update(log_weights, ema, rewards, group_ids, signal, cov_targets=None,
 
 def ctwa(rewards, group_ids, weights=None, base="reinforce_pp", cov_targets=None,
          obj_targets=None, use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
-         lr=0.02) -> np.ndarray:
+         lr=0.02, global_metrics=False) -> np.ndarray:
     """CTWA's first step: the base advantages with the initial weights ``max(w/Σw, 1e-8)``."""
     rewards = np.asarray(rewards, dtype=np.float64)
     w = _weights(rewards, weights)
