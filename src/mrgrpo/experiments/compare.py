@@ -374,11 +374,33 @@ def platform_info(threads: int | None = None) -> dict[str, Any]:
     import torch
     import transformers
 
+    model, flags = cpu_identity()
     return {
         "machine": platform.machine(), "python": platform.python_version(), "torch": torch.__version__,
         "transformers": transformers.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_model": model, "cpu_flags": flags,
         "threads": threads or torch.get_num_threads(), "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
     }
+
+
+#: CPU features that change which bfloat16/float32 kernels oneDNN and torch pick beyond torch's
+#: capability string: both an AMD EPYC (AVX512, avx512_bf16) and an Intel Xeon with AMX report
+#: ``AVX512``, yet their bfloat16 matrix products round differently (measured on the real-model
+#: headline: the same seed's runs agree for 3 steps and part at the 4th).
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def cpu_identity() -> tuple[str | None, list[str]]:
+    """``(model name, the KERNEL_FLAGS present)`` from ``/proc/cpuinfo`` (``(None, [])`` where it
+    cannot be read)."""
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None, []
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), None)
+    flags_line = next((line.split(":", 1)[1] for line in text.splitlines() if line.startswith("flags")), "")
+    present = set(flags_line.split())
+    return model, [f for f in KERNEL_FLAGS if f in present]
 
 
 def _warm_only(spec: dict[str, Any]) -> str:
