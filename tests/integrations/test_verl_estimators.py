@@ -38,9 +38,11 @@ from .test_verl import KEYS, algo, make_batch  # noqa: E402
 WEIGHTS = [1.0, 0.5, 0.25]
 VERL_EPS = 1e-6
 
-#: The estimators the verl adapter runs: all but those that need a policy signal from the update
-#: (their feedback), which it refuses (test_verl_refuses_an_estimator_that_needs_a_policy_signal).
-VERL_ESTIMATORS = [n for n in mrgrpo.available_estimators() if mrgrpo.get_estimator(n).feedback is None]
+#: Every estimator runs on the legacy trainer; one with feedback from the policy update (ctwa)
+#: moves its state after verl's actor update (test_ctwa_on_the_legacy_trainer_...), not at
+#: compute_advantage, so the state tests below take the others.
+VERL_ESTIMATORS = list(mrgrpo.available_estimators())
+FEEDBACK = [n for n in VERL_ESTIMATORS if mrgrpo.get_estimator(n).feedback is not None]
 
 
 def options_for(name):
@@ -111,7 +113,7 @@ def stateful_cases():
     cases = []
     for name in VERL_ESTIMATORS:
         spec = mrgrpo.get_estimator(name)
-        if spec.stateful:
+        if spec.stateful and spec.feedback is None:
             cases.append((name, {"correlation_ema": 0.5} if "correlation_ema" in spec.options else {}))
     return cases
 
@@ -298,6 +300,8 @@ def test_the_launcher_accepts_every_estimator_with_its_example_options(name):
     overrides = [f"algorithm.adv_estimator=mrgrpo_{name}"]
     for key, value in mrgrpo.get_estimator(name).example_options.items():
         overrides.append(f"+algorithm.mrgrpo.options.{key}={value}".replace(" ", ""))
+    if mrgrpo.get_estimator(name).feedback is not None:
+        overrides.append("trainer.use_v1=false")  # (its feedback runs on the legacy trainer)
     if not mrgrpo.get_estimator(name).uses_weights:
         overrides.append("algorithm.mrgrpo.weights=null")
     elif mrgrpo.get_estimator(name).roles:  # a role's component (a cost) weighs 1: the suite's 0.5 is refused
@@ -306,10 +310,98 @@ def test_the_launcher_accepts_every_estimator_with_its_example_options(name):
     assert integration.verl_name(name) in core_algos.ADV_ESTIMATOR_REGISTRY
 
 
-def test_verl_refuses_an_estimator_that_needs_a_policy_signal():
+@pytest.mark.parametrize("name", FEEDBACK)
+def test_the_launcher_refuses_an_estimator_with_feedback_on_the_v1_trainer_before_ray_starts(name):
     from .test_verl_launch import example
 
-    assert "ctwa" not in VERL_ESTIMATORS
-    with pytest.raises(ConfigError, match="mrgrpo_ctwa needs the policy signal measured after each update") as error:
-        launch.prepare(example("algorithm.adv_estimator=mrgrpo_ctwa", "+algorithm.mrgrpo.options.cov_targets=0.05"))
+    with pytest.raises(ConfigError, match=f"mrgrpo_{name} moves its state from the policy signal .* legacy trainer only: "
+                       "set trainer.use_v1=false") as error:
+        launch.prepare(example(f"algorithm.adv_estimator=mrgrpo_{name}", "trainer.use_v1=true"))
     assert "\n" not in str(error.value)
+
+
+class LegacyTrainer:
+    """What the feedback wrap uses of verl's legacy ``RayPPOTrainer``: its config and
+    ``_compute_old_log_prob`` (here: the "updated actor's" log-probabilities chosen by the test,
+    as verl returns them: a DataProto whose ``old_log_probs`` are the current actor's)."""
+
+    def __init__(self, clip_low, clip_high, new_log_probs):
+        self.config = OmegaConf.create({"actor_rollout_ref": {"actor": {
+            "clip_ratio": 0.2, "clip_ratio_low": clip_low, "clip_ratio_high": clip_high}}})
+        self.new_log_probs = new_log_probs
+        self.updates = 0
+
+    def _compute_old_log_prob(self, batch):
+        from verl import DataProto
+
+        return DataProto.from_dict(tensors={"old_log_probs": self.new_log_probs}), 0.0
+
+
+def signal_loop(advantages, old, new, mask, low, high):
+    """The official compute_ctwa_stats' completion weight (w_agg="mean"), row by row."""
+    out = []
+    for a_row, o_row, n_row, m_row in zip(advantages.tolist(), old.tolist(), new.tolist(), mask.tolist()):
+        tokens = sum(m_row)
+        a = sum(x * m for x, m in zip(a_row, m_row)) / tokens
+        total = 0.0
+        for o, n, m in zip(o_row, n_row, m_row):
+            ratio = np.exp(np.clip(n - o, -20.0, 20.0))
+            unclipped = ratio <= 1 + high if a >= 0 else ratio >= 1 - low
+            total += a * ratio * float(unclipped) * m
+        out.append(total / tokens)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("options", [
+    {"cov_targets": [0.4, 0.3, 0.3], "gate_by_obj_targets": False, "lr": 0.5},
+    {"cov_targets": 0.9, "use_corr_target": True, "gate_by_obj_targets": False, "base": "grpo", "lr": 0.2, "ema_tau": 0.5},
+])
+def test_ctwa_on_the_legacy_trainer_moves_its_weights_after_the_update_as_the_official_code(options):
+    """Four training steps: compute_advantage (the incoming weights), then verl's _update_actor
+    (wrapped: the updated actor's log-probabilities, the signal, the feedback). Each step's
+    advantages and the weights after each update equal the loop oracle of the official code
+    (mrgrpo.estimators.reference) fed the official signal computed row by row."""
+    from mrgrpo.estimators import reference
+
+    assert hasattr(ray_trainer.RayPPOTrainer._update_actor, patch.ORIGINAL_ATTR)  # (installed by the import)
+    update = patch.wrap_update_actor(lambda self, batch: setattr(self, "updates", self.updates + 1) or "metrics")
+    weights = [0.5, 0.3, 0.2]
+    cfg = algo(adv_estimator="mrgrpo_ctwa", mrgrpo={"components": KEYS, "weights": weights, "options": options})
+    log_w = list(np.log(np.array(weights) / sum(weights)))
+    ema = None
+    g = torch.Generator().manual_seed(3)
+    moved = False
+    for step in range(4):
+        data = make_batch(10 + step)
+        out = ray_trainer.compute_advantage(data, adv_estimator=cfg.adv_estimator, config=cfg)
+        rewards = np.stack([data.non_tensor_batch[k] for k in KEYS], 1)
+        uids = list(data.non_tensor_batch["uid"])
+        want = reference.ctwa_advantages(rewards, uids, np.exp(log_w), options.get("base", "reinforce_pp"))
+        mask = data.batch["response_mask"]
+        got = (out.batch["advantages"].double() * mask).sum(1) / mask.sum(1)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+        old = -torch.rand(mask.shape, generator=g, dtype=torch.float64) * 3
+        new = old + torch.randn(mask.shape, generator=g, dtype=torch.float64) * 0.3  # some tokens clipped
+        data.batch["old_log_probs"] = old.float()
+        trainer = LegacyTrainer(0.2, 0.28, new.float())
+        assert update(trainer, data) == "metrics" and trainer.updates == 1
+        s = signal_loop(data.batch["advantages"].double(), old.float().double(), new.float().double(), mask.double(), 0.2, 0.28)
+        update_options = {k: v for k, v in options.items() if k != "base"}
+        log_w, ema = reference.ctwa_update(log_w, ema, rewards, uids, s, **update_options)
+        state = STATE.get("ctwa")
+        np.testing.assert_allclose(state["log_weights"], log_w, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(state["ema"], ema, rtol=0, atol=1e-6)
+        assert state["signal"] == "policy" and state["steps"] == step + 1
+        assert out.meta_info[patch.estimator_state.METRICS_KEY]["mrgrpo/state/steps"] == step + 1  # logged with the step
+        moved |= bool(np.any(np.abs(np.array(log_w) - np.log(np.array(weights) / sum(weights))) > 1e-3))
+    assert moved, "the options must let the weights move, or the test cannot fail"
+
+
+def test_without_an_actor_update_ctwa_keeps_its_weights():
+    """A step with no actor update (verl's critic_warmup) measures no signal: the state stays."""
+    options = {"cov_targets": 0.5, "gate_by_obj_targets": False, "lr": 1.0}
+    cfg = algo(adv_estimator="mrgrpo_ctwa", mrgrpo={"components": KEYS, "weights": [0.5, 0.3, 0.2], "options": options})
+    first = ray_trainer.compute_advantage(make_batch(1), adv_estimator=cfg.adv_estimator, config=cfg)
+    second = ray_trainer.compute_advantage(make_batch(1), adv_estimator=cfg.adv_estimator, config=cfg)
+    torch.testing.assert_close(first.batch["advantages"], second.batch["advantages"])
+    assert STATE.get("ctwa") is None

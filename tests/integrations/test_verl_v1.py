@@ -30,7 +30,8 @@ from mrgrpo.errors import ConfigError, InputError  # noqa: E402
 from mrgrpo.integrations.verl import v1  # noqa: E402
 from mrgrpo.rewards import get_suite  # noqa: E402
 
-#: The estimators the verl adapter runs (it refuses those that need a policy signal: see test_verl_estimators).
+#: The estimators the v1 trainer runs: all but those with feedback from the policy update, which
+#: run on the legacy trainer (test_an_estimator_with_feedback_is_refused_on_v1 below).
 VERL_ESTIMATORS = [n for n in mrgrpo.available_estimators() if mrgrpo.get_estimator(n).feedback is None]
 
 KEYS = ["correctness", "format", "length"]
@@ -373,3 +374,12 @@ def test_a_users_estimator_named_in_the_config_runs_on_the_v1_trainer(tmp_path, 
         torch.testing.assert_close(adv.double(), want, atol=1e-6, rtol=1e-5)
 
 
+
+
+def test_an_estimator_with_feedback_is_refused_on_v1():
+    """ctwa's state moves after the actor update, which mrgrpo measures on the legacy trainer only;
+    on v1 the first advantage call says so in one line (the launcher already refused it)."""
+    meta, _ = put_batch(seed=1, prompts=3, sessions=4)
+    block = {"components": KEYS, "weights": [0.5, 0.3, 0.2], "options": {"cov_targets": 0.05}}
+    with pytest.raises(ConfigError, match="mrgrpo_ctwa moves its state from the policy signal .* set trainer.use_v1=false"):
+        advantages(meta, "mrgrpo_ctwa", mrgrpo=block)

@@ -26,8 +26,9 @@ from torch import Tensor
 
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.estimators.binding import Binding
-from mrgrpo.integrations.verl.binding import bind_settings, resolved_components, suite_of  # noqa: F401 (re-exported)
+from mrgrpo.integrations.verl.binding import bind_settings, feedback_on_v1, resolved_components, suite_of  # noqa: F401 (re-exported)
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
+from mrgrpo.integrations.verl.feedback import hold
 from mrgrpo.integrations.verl.sessions import Trajectories
 from mrgrpo.integrations.verl.state import STATE
 
@@ -103,8 +104,14 @@ def rollout_values(
     """
     name = binding.name
     # (a stateful estimator: the state the previous training batch left)
-    values, state = binding.compute(rewards, group_ids, STATE.get(name) if binding.spec.stateful else None)
-    if binding.spec.stateful:
+    incoming = STATE.get(name) if binding.spec.stateful else None
+    values, state = binding.compute(rewards, group_ids, incoming)
+    if binding.spec.feedback is not None:
+        # the state moves after the policy update, from its signal (.feedback); until then the
+        # incoming one stays current
+        hold(binding, rewards, group_ids, incoming)
+        STATE.put(name, incoming)
+    elif binding.spec.stateful:
         STATE.put(name, state)
     values = values.to(torch.float64)
     if settings.singleton_groups == "score":
@@ -175,6 +182,8 @@ def token_advantages(
         rewards = reward_matrix(token_level_rewards, components, non_tensor_batch)
         rows = None
     else:
+        if binding.spec.feedback is not None:
+            raise ConfigError(feedback_on_v1(estimator, binding.spec.signal))
         rewards = trajectory_matrix(token_level_rewards, components, trajectories)
         final_rows, rows = trajectories.sessions(group_ids)
         rewards, mask = rewards[torch.from_numpy(final_rows).to(rewards.device)], mask[torch.from_numpy(final_rows).to(mask.device)]

@@ -36,6 +36,15 @@ def verl_host(settings: MrgrpoVerlConfig, norm_adv_by_std_in_grpo: bool) -> Host
 _BOUND: dict[str, Binding] = {}
 
 
+def feedback_on_v1(estimator: str, signal: str | None) -> str:
+    """The one-line refusal of an estimator with feedback on verl's v1 trainer."""
+    return (
+        f"mrgrpo_{estimator} moves its state from the policy signal measured after each update ({signal}), which "
+        "mrgrpo measures on verl's legacy trainer only: set trainer.use_v1=false (or train with MultiRewardGRPOTrainer "
+        "or mrgrpo train)"
+    )
+
+
 def bind_settings(
     estimator: str,
     settings: MrgrpoVerlConfig,
@@ -48,12 +57,6 @@ def bind_settings(
     to an estimator that does not use weights; configured ones are checked), the suite's ranges,
     ``algorithm.mrgrpo.options``, verl's conventions (:func:`verl_host`) and a resumed state.
     Made once per process and settings (the launcher and the trainer each bind before work)."""
-    spec = mrgrpo.get_estimator(estimator)
-    if spec.feedback is not None:
-        raise ConfigError(
-            f"mrgrpo_{estimator} needs the policy signal measured after each update ({spec.signal}), which the verl "
-            "adapter does not measure yet: train it with MultiRewardGRPOTrainer or mrgrpo train (TRL)"
-        )
     key = repr((estimator, id(mrgrpo.get_estimator(estimator)), settings, norm_adv_by_std_in_grpo)) if state is None else None
     if key is not None and key in _BOUND:
         return _BOUND[key]

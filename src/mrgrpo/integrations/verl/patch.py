@@ -11,6 +11,8 @@
    saved beside verl's checkpoint and restored when verl resumes (:mod:`.state`).
 3. ``compute_data_metrics`` (as ``ray_trainer`` calls it): the step's metrics also get the
    state's numeric entries (``mrgrpo/state/...``), carried on the batch's ``meta_info``.
+4. ``RayPPOTrainer._update_actor``: after verl's update, the feedback of an estimator that adapts
+   from the policy update (``ctwa``; :func:`.feedback.after_update`).
 
 No upstream file is edited; :func:`uninstall` puts every original back.
 """
@@ -23,6 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from mrgrpo.integrations.verl import feedback
 from mrgrpo.integrations.verl import state as estimator_state
 from mrgrpo.integrations.verl.names import mrgrpo_name
 from mrgrpo.integrations.verl.registration import import_user_modules
@@ -96,6 +99,19 @@ def wrap_checkpoint(original: Callable[..., Any], after: Callable[[Any], None]) 
     return method
 
 
+def wrap_update_actor(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``_update_actor`` followed by the held feedback step (:mod:`.feedback`), if any."""
+
+    @functools.wraps(original)
+    def _update_actor(self, batch, *args, **kwargs):
+        result = original(self, batch, *args, **kwargs)
+        feedback.after_update(self, batch)
+        return result
+
+    setattr(_update_actor, ORIGINAL_ATTR, original)
+    return _update_actor
+
+
 def install() -> Callable[..., Any]:
     """Wrap verl's ``compute_advantage``, the legacy trainer's checkpoint methods and its
     ``compute_data_metrics`` (idempotent); returns the ``compute_advantage`` wrapper in place."""
@@ -113,6 +129,8 @@ def install() -> Callable[..., Any]:
     for method, after in (("_save_checkpoint", estimator_state.save_after), ("_load_checkpoint", estimator_state.load_after)):
         if not hasattr(getattr(trainer, method), ORIGINAL_ATTR):
             setattr(trainer, method, wrap_checkpoint(getattr(trainer, method), after))
+    if not hasattr(trainer._update_actor, ORIGINAL_ATTR):
+        trainer._update_actor = wrap_update_actor(trainer._update_actor)
     return wrapped
 
 
@@ -125,7 +143,7 @@ def uninstall() -> None:
         _replace_everywhere(current, getattr(current, ORIGINAL_ATTR))
     if hasattr(ray_trainer.compute_data_metrics, ORIGINAL_ATTR):
         ray_trainer.compute_data_metrics = getattr(ray_trainer.compute_data_metrics, ORIGINAL_ATTR)
-    for method in ("_save_checkpoint", "_load_checkpoint"):
+    for method in ("_save_checkpoint", "_load_checkpoint", "_update_actor"):
         current = getattr(ray_trainer.RayPPOTrainer, method)
         if hasattr(current, ORIGINAL_ATTR):
             setattr(ray_trainer.RayPPOTrainer, method, getattr(current, ORIGINAL_ATTR))
