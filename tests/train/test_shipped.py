@@ -47,7 +47,8 @@ def test_configs_list_and_copy(tmp_path, monkeypatch):
     listed = runner.invoke(app, ["configs", "list"])
     assert listed.exit_code == 0
     rows = dict(line.split(None, 1) for line in listed.output.splitlines())
-    assert set(rows) == set(shipped.available()) and rows["tiny"].startswith("The tiny preset")
+    assert set(rows) == set(shipped.available()) | set(shipped.KITS) and rows["tiny"].startswith("The tiny preset")
+    assert rows["verl"].startswith("(folder, copies to ./examples/verl)")
     done = runner.invoke(app, ["configs", "copy", "testbed/scale1"])
     assert done.exit_code == 0 and (tmp_path / "scale1.yaml").read_text() == (REPO / "configs/testbed/scale1.yaml").read_text()
     again = runner.invoke(app, ["configs", "copy", "testbed/scale1"])
@@ -56,3 +57,17 @@ def test_configs_list_and_copy(tmp_path, monkeypatch):
     assert forced.exit_code == 0 and (tmp_path / "sub/mine.yaml").is_file()
     missing = runner.invoke(app, ["configs", "copy", "nope"])
     assert missing.exit_code == 2 and "no shipped config 'nope'" in missing.output
+
+
+def test_the_verl_kit_is_copied_as_a_folder_where_the_readme_runs_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(app, ["configs", "copy", "verl"])
+    assert done.exit_code == 0 and done.output.strip() == "examples/verl"
+    kit = REPO / "examples" / "verl"
+    for name in ("run.sh", "mrgrpo_math.yaml", "prepare_data.py", "README.md"):
+        assert (tmp_path / "examples" / "verl" / name).read_bytes() == (kit / name).read_bytes(), name
+    again = runner.invoke(app, ["configs", "copy", "verl"])
+    assert again.exit_code == 2 and "already exists and is not empty; pass --force" in again.output
+    elsewhere = runner.invoke(app, ["configs", "copy", "verl", "launch", "--force"])
+    assert elsewhere.exit_code == 0 and (tmp_path / "launch" / "run.sh").is_file()
