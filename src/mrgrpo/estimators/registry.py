@@ -95,6 +95,22 @@ REQUIRED = inspect.Parameter.empty
 #: where ``Â < 0`` (the PPO loss's clip test).
 SIGNALS = ("clipped_ratio_advantage",)
 
+
+def clipped_ratio_advantage(
+    advantages: Tensor, old_logps: Tensor, new_logps: Tensor, mask: Tensor, clip_low: float, clip_high: float,
+) -> Tensor:
+    """The ``clipped_ratio_advantage`` signal ``[N]`` (float64) as a trainer measures it (the
+    official CTWA ``compute_ctwa_stats`` with ``w_agg="mean"``): ``advantages`` ``[N]`` one per
+    rollout, the per-token log-probabilities ``old_logps`` (sampling policy) and ``new_logps``
+    (after the update) and the response ``mask``, all ``[N, T]``. A row without response tokens
+    gets 0."""
+    m = mask.to(torch.float64)
+    ratio = torch.exp(torch.clamp(new_logps.to(torch.float64) - old_logps.to(device=new_logps.device, dtype=torch.float64),
+                                  -20.0, 20.0))
+    a = advantages.to(device=ratio.device, dtype=torch.float64).reshape(-1, 1)
+    unclipped = torch.where(a >= 0, ratio <= 1.0 + float(clip_high), ratio >= 1.0 - float(clip_low))
+    return (a * ratio * unclipped.to(torch.float64) * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
 #: ``feedback(rewards, groups, weights, signal, state, **options) -> new_state`` (module docstring).
 Feedback = Callable[..., dict[str, Any]]
 
@@ -727,6 +743,7 @@ __all__ = [
     "Groups",
     "as_reward_matrix",
     "SIGNALS",
+    "clipped_ratio_advantage",
     "apply_feedback",
     "as_weights",
     "available_estimators",

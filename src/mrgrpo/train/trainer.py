@@ -60,6 +60,7 @@ from mrgrpo.estimators.registry import (
     apply_feedback,
     as_weights,
     check_reward_values,
+    clipped_ratio_advantage,
     compute_checked,
     fits_float32,
     reward_tensor,
@@ -446,18 +447,13 @@ class MultiRewardMixin:
         mask = pending["mask"].to(torch.float64)
         old = pending["old_logps"].to(device=new_logps.device, dtype=torch.float64)
         if pending.get("capture"):
-            if bool(torch.isnan(old[mask > 0]).any()):
+            if bool(torch.isnan(old[mask.to(old.device) > 0]).any()):
                 raise RuntimeError(
                     "ctwa's policy signal: the loss did not see every row of the generation batch before the "
                     "optimizer stepped, so the sampling policy's log-probabilities are incomplete"
                 )
-            old = torch.nan_to_num(old, nan=0.0)  # (padding: masked out below)
-        ratio = torch.exp(torch.clamp(new_logps.to(torch.float64) - old, -20.0, 20.0))
-        a = pending["advantages"].to(torch.float64).reshape(-1, 1)
-        unclipped = torch.where(a >= 0, ratio <= 1.0 + float(self.epsilon_high), ratio >= 1.0 - float(self.epsilon_low))
-        tokens = mask.sum(dim=1)
-        signal = (a * ratio * unclipped.to(torch.float64) * mask).sum(dim=1) / tokens.clamp(min=1.0)
-        return signal
+            old = torch.nan_to_num(old, nan=0.0)  # (padding: masked out)
+        return clipped_ratio_advantage(pending["advantages"], old, new_logps, mask, self.epsilon_low, self.epsilon_high)
 
     def apply_pending_feedback(self) -> None:
         """Measure the pending batch's policy signal with the current policy, gather it over the

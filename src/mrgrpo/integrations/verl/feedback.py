@@ -33,7 +33,7 @@ from torch import Tensor
 
 from mrgrpo.estimators import make_groups
 from mrgrpo.estimators.binding import Binding
-from mrgrpo.estimators.registry import apply_feedback, as_weights
+from mrgrpo.estimators.registry import apply_feedback, as_weights, clipped_ratio_advantage
 from mrgrpo.integrations.verl.state import METRICS_KEY, STATE
 
 
@@ -65,14 +65,12 @@ def policy_signal(
     ``Â_i`` the mean of the row's token advantages over its response mask (verl broadcasts one
     value per row), ``ρ = exp(clamp(log π_new − log π_old, −20, 20))``, unclipped where
     ``ρ <= 1 + clip_high`` (``Â >= 0``) or ``ρ >= 1 − clip_low`` (``Â < 0``): the official
-    ``compute_ctwa_stats`` with ``w_agg="mean"``. A row without response tokens gets 0."""
+    ``compute_ctwa_stats`` with ``w_agg="mean"``
+    (:func:`mrgrpo.estimators.registry.clipped_ratio_advantage`). A row without response tokens
+    gets 0."""
     mask = response_mask.to(torch.float64)
-    tokens = mask.sum(dim=1)
-    a = (advantages.to(torch.float64) * mask).sum(dim=1) / tokens.clamp(min=1.0)
-    ratio = torch.exp(torch.clamp(new_log_probs.to(torch.float64) - old_log_probs.to(torch.float64), -20.0, 20.0))
-    a_column = a.unsqueeze(1)
-    unclipped = torch.where(a_column >= 0, ratio <= 1.0 + float(clip_high), ratio >= 1.0 - float(clip_low))
-    return (a_column * ratio * unclipped.to(torch.float64) * mask).sum(dim=1) / tokens.clamp(min=1.0)
+    per_row = (advantages.to(torch.float64) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return clipped_ratio_advantage(per_row, old_log_probs, new_log_probs, mask, clip_low, clip_high)
 
 
 def clip_ratios(actor_config: Any) -> tuple[float, float]:
