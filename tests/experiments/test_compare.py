@@ -145,9 +145,27 @@ def test_first_seed_and_start_reach_the_comparison(monkeypatch, tmp_path):
     from mrgrpo.experiments import compare
 
     calls = {}
-    monkeypatch.setattr(compare, "run_compare", lambda config, names, seeds, out, **kw: calls.setdefault("seeds", seeds))
+    monkeypatch.setattr(compare, "run_compare", lambda config, names, seeds, out, **kw: (kw["before_runs"](), calls.setdefault("seeds", seeds)))
     monkeypatch.setattr(compare, "evaluate_start", lambda config, out, seeds, overrides=None: calls.setdefault("start", seeds))
     args = ["compare", "-c", str(CONFIG), "-e", "grpo", "-n", "3", "--first-seed", "100", "--start", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert calls == {"seeds": [100, 101, 102], "start": [100, 101, 102]}
+
+
+def test_start_on_a_fresh_comparison_is_evaluated_from_the_warm_starts_it_makes(tmp_path):
+    """``--start`` on an experiment with warm starts: they are made first, then evaluated, then
+    the runs start (evaluating before they exist used to fail with no warm start there)."""
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+
+    args = ["compare", "-c", str(CONFIG), "-e", "grpo", "-n", "1", "--start", "--out", str(tmp_path)]
+    for item in FAST:
+        args += ["--set", item]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    start = json.loads((tmp_path / "start.json").read_text())
+    assert start["seeds"] == [0] and 0.0 <= start["objectives"]["0"]["correct"] <= 1.0
+    assert (tmp_path / "warm_start" / "seed0" / "config.json").is_file()
+    assert (run_dir_of(tmp_path, "grpo", 0) / RESULT_FILE).is_file()

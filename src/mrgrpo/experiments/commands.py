@@ -38,12 +38,14 @@ def compare_command(
     try:
         names = parse_estimators(estimators)
         seed_list = list(range(first_seed, first_seed + seeds))
-        if start:  # before the runs: compare.md reads start.json when it writes the report
+        before_runs = None
+        if start and not (out / "start.json").is_file():
             from mrgrpo.experiments.compare import evaluate_start
 
-            if not (out / "start.json").is_file():
+            def before_runs() -> None:  # after the warm starts, before the runs: compare.md reads start.json
                 evaluate_start(config, out, seed_list, overrides=list(set_ or []))
-        run_compare(config, names, seed_list, out, jobs=jobs, overrides=list(set_ or []), log=typer.echo)
+
+        run_compare(config, names, seed_list, out, jobs=jobs, overrides=list(set_ or []), log=typer.echo, before_runs=before_runs)
     except (UserError, ValueError) as error:
         _fail(error)
 

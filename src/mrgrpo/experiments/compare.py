@@ -30,7 +30,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from pydantic import Field
@@ -265,8 +265,12 @@ def run_compare(
     jobs: int = 1,
     overrides: list[str] | None = None,
     log: Any = print,
+    before_runs: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the comparison and write its report; returns the summary."""
+    """Run (or resume) the comparison and write its report; returns the summary.
+
+    ``before_runs`` is called once the warm starts exist (when the experiment has them) and before
+    any RL run starts: ``mrgrpo compare --start`` evaluates the policy before RL there."""
     for label in estimators:
         estimator_spec(label)
     if len(set(estimators)) != len(estimators) or not estimators:
@@ -284,8 +288,14 @@ def run_compare(
     todo = [s for s in specs if not (Path(s["run_dir"]) / RESULT_FILE).is_file()]
     log(f"compare: {len(specs)} runs ({len(estimators)} estimators × {len(seeds)} seeds), {len(specs) - len(todo)} already finished → {out}")
     started = time.monotonic()
+    warm = {s["warm_dir"]: s for s in (todo if before_runs is None else specs) if s["warm_dir"]}
+    in_pool = bool(todo) and jobs > 1
+    if not in_pool:  # warm starts first (one per seed), so runs of one seed never race for it
+        for spec in warm.values():
+            _warm_only(spec)
+        if before_runs is not None:
+            before_runs()
     if todo:
-        warm = {s["warm_dir"]: s for s in todo if s["warm_dir"]}
         if jobs <= 1:
             for i, spec in enumerate(todo, 1):
                 record = run_one(spec)
@@ -296,10 +306,10 @@ def run_compare(
 
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(1,)) as pool:
-                if warm:  # warm starts first (one per seed), so runs of one seed never race for it
-                    from mrgrpo.experiments.testbed import warm_start  # noqa: F401
-
+                if warm:
                     list(pool.map(_warm_only, warm.values()))
+                if before_runs is not None:
+                    before_runs()
                 futures = {pool.submit(run_one, spec): spec for spec in todo}
                 from concurrent.futures import as_completed
 
