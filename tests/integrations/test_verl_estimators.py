@@ -300,8 +300,6 @@ def test_the_launcher_accepts_every_estimator_with_its_example_options(name):
     overrides = [f"algorithm.adv_estimator=mrgrpo_{name}"]
     for key, value in mrgrpo.get_estimator(name).example_options.items():
         overrides.append(f"+algorithm.mrgrpo.options.{key}={value}".replace(" ", ""))
-    if mrgrpo.get_estimator(name).feedback is not None:
-        overrides.append("trainer.use_v1=false")  # (its feedback runs on the legacy trainer)
     if not mrgrpo.get_estimator(name).uses_weights:
         overrides.append("algorithm.mrgrpo.weights=null")
     elif mrgrpo.get_estimator(name).roles:  # a role's component (a cost) weighs 1: the suite's 0.5 is refused
@@ -311,13 +309,14 @@ def test_the_launcher_accepts_every_estimator_with_its_example_options(name):
 
 
 @pytest.mark.parametrize("name", FEEDBACK)
-def test_the_launcher_refuses_an_estimator_with_feedback_on_the_v1_trainer_before_ray_starts(name):
+@pytest.mark.parametrize("use_v1", ["true", "false"])
+def test_the_launcher_prepares_an_estimator_with_feedback_on_either_trainer(name, use_v1):
+    """Its feedback runs after the actor update on the legacy trainer (the _update_actor wrap)
+    and on v1 (the trainer subclass: test_verl_v1.test_ctwa_on_v1_...)."""
     from .test_verl_launch import example
 
-    with pytest.raises(ConfigError, match=f"mrgrpo_{name} moves its state from the policy signal .* legacy trainer only: "
-                       "set trainer.use_v1=false") as error:
-        launch.prepare(example(f"algorithm.adv_estimator=mrgrpo_{name}", "trainer.use_v1=true"))
-    assert "\n" not in str(error.value)
+    config = launch.prepare(example(f"algorithm.adv_estimator=mrgrpo_{name}", f"trainer.use_v1={use_v1}"))
+    assert config.algorithm.adv_estimator == f"mrgrpo_{name}"
 
 
 class LegacyTrainer:

@@ -19,6 +19,7 @@ pytest.importorskip("verl.trainer.ppo.v1", reason="verl's v1 trainer is not impo
 
 import ray  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.v1 import get_trainer_cls, trainer_base  # noqa: E402
@@ -30,9 +31,9 @@ from mrgrpo.errors import ConfigError, InputError  # noqa: E402
 from mrgrpo.integrations.verl import v1  # noqa: E402
 from mrgrpo.rewards import get_suite  # noqa: E402
 
-#: The estimators the v1 trainer runs: all but those with feedback from the policy update, which
-#: run on the legacy trainer (test_an_estimator_with_feedback_is_refused_on_v1 below).
-VERL_ESTIMATORS = [n for n in mrgrpo.available_estimators() if mrgrpo.get_estimator(n).feedback is None]
+#: The estimators the v1 trainer runs: every one (one with feedback from the policy update, ctwa,
+#: computes a step's advantages from its incoming state; its update: test_ctwa_on_v1_... below).
+VERL_ESTIMATORS = mrgrpo.available_estimators()
 
 KEYS = ["correctness", "format", "length"]
 WEIGHTS = [1.0, 0.5, 0.25]
@@ -376,10 +377,129 @@ def test_a_users_estimator_named_in_the_config_runs_on_the_v1_trainer(tmp_path, 
 
 
 
-def test_an_estimator_with_feedback_is_refused_on_v1():
-    """ctwa's state moves after the actor update, which mrgrpo measures on the legacy trainer only;
-    on v1 the first advantage call says so in one line (the launcher already refused it)."""
-    meta, _ = put_batch(seed=1, prompts=3, sessions=4)
-    block = {"components": KEYS, "weights": [0.5, 0.3, 0.2], "options": {"cov_targets": 0.05}}
-    with pytest.raises(ConfigError, match="mrgrpo_ctwa moves its state from the policy signal .* set trainer.use_v1=false"):
-        advantages(meta, "mrgrpo_ctwa", mrgrpo=block)
+class UpdatingWorkers:
+    """verl's actor worker group as the v1 trainer calls it: ``update_actor`` (counted) and
+    ``compute_log_prob``, which writes each row's log-probabilities of the whole sequence (3
+    prompt tokens + its response, left-shifted by one as verl's model output is) into the queue's
+    ``log_probs`` field: the updated policy's, here ``new[key]`` per response token."""
+
+    def __init__(self, new):
+        self.new, self.updates, self.calls = new, 0, []
+
+    def update_actor(self, batch):
+        self.updates += 1
+        return {"metrics": {"mfu": [0.0], "pg_loss": [0.1]}}
+
+    def compute_log_prob(self, batch):
+        self.calls.append(dict(batch.extra_info))
+        sequences = []
+        for key in batch.keys:
+            response = self.new[key]
+            full = torch.zeros(3 + len(response))
+            full[2: 2 + len(response)] = response  # response_from_nested takes [end - len - 1, end - 1)
+            sequences.append(full)
+        tq.kv_batch_put(keys=list(batch.keys), partition_id=batch.partition_id,
+                        fields=TensorDict({"log_probs": torch.nested.as_nested_tensor(sequences, layout=torch.jagged)}, batch_size=len(batch.keys)))
+        return batch
+
+
+def ctwa_trainer(block, tmp_path, mode="sync"):
+    cls = get_trainer_cls(mode)
+    t = cls.__new__(cls)
+    base = {"adv_estimator": "mrgrpo_ctwa", "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True, "mrgrpo": block}
+    t.config = OmegaConf.create({
+        "algorithm": base,
+        "actor_rollout_ref": {
+            "rollout": {"n": 4, "temperature": 1.0},
+            "actor": {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "ppo_mini_batch_size": 4,
+                      "ppo_epochs": 1, "data_loader_seed": 0, "shuffle": False, "calculate_entropy": False, "entropy_coeff": 0.0},
+        },
+        "trainer": {"default_local_dir": str(tmp_path / "ckpt"), "resume_mode": "auto", "resume_from_path": None, "critic_warmup": 0},
+    })
+    t.global_steps = 0
+    return t
+
+
+def session_signal_loop(rows, keys, advantages, old, new, low, high):
+    """The official completion weight (w_agg="mean") of each session over all its outputs'
+    response tokens: Σ Â·ρ·1[unclipped] / Σ tokens, token by token."""
+    total, tokens = {}, {}
+    for i, (row, key) in enumerate(zip(rows, keys)):
+        mask = row["mask"].tolist()
+        a_row = advantages[i][: len(mask)].tolist()
+        a = sum(x * m for x, m in zip(a_row, mask)) / max(sum(mask), 1)
+        for t, m in enumerate(mask):
+            if not m:
+                continue
+            ratio = np.exp(np.clip(float(new[key][t]) - float(old[key][t]), -20.0, 20.0))
+            unclipped = ratio <= 1 + high if a >= 0 else ratio >= 1 - low
+            total[row["session"]] = total.get(row["session"], 0.0) + a * ratio * float(unclipped)
+            tokens[row["session"]] = tokens.get(row["session"], 0) + 1
+    return {s: (total.get(s, 0.0) / tokens[s] if tokens.get(s) else 0.0) for s in {r["session"] for r in rows}}
+
+
+@pytest.mark.parametrize("mode", ["sync", "separate_async"])
+def test_ctwa_on_v1_moves_its_weights_after_the_update_per_session_and_resumes(mode, tmp_path, monkeypatch):
+    """Four v1 steps on multi-turn batches: each step's advantages use the incoming weights (the
+    official loop oracle on the sessions' final outputs); after verl's _update_actor the updated
+    actor's log-probs come from compute_log_prob (adapter on, no entropy), each session's signal
+    is the mean over all its outputs' tokens, and the weights and EMA after every update equal the
+    oracle's. The state is saved with verl's checkpoint after step 2 and a resumed trainer goes on
+    from it."""
+    from mrgrpo.estimators import reference
+
+    STATE.reset()
+    cls = get_trainer_cls(mode)
+    base_cls = cls.__dict__[v1._BASE_ATTR]
+    monkeypatch.setattr(base_cls, "_save_checkpoint", fake_save)
+    monkeypatch.setattr(base_cls, "_load_checkpoint", fake_load)
+    weights = [0.5, 0.3, 0.2]
+    options = {"cov_targets": [0.4, 0.3, 0.3], "gate_by_obj_targets": False, "lr": 0.5}
+    block = {"components": KEYS, "weights": weights, "options": options}
+    log_w, ema = list(np.log(np.array(weights) / sum(weights))), None
+    g = torch.Generator().manual_seed(5)
+    t = ctwa_trainer(block, tmp_path, mode)
+    t._load_checkpoint()
+    try:
+        for step in range(1, 5):
+            if step == 3:  # a new trainer process resumes from the step-2 checkpoint
+                STATE.reset()
+                t = ctwa_trainer(block, tmp_path, mode)
+                t._load_checkpoint()
+                assert t.global_steps == 2 and STATE.state["steps"] == 2
+            meta, rows = put_batch(seed=40 + step, prompts=3, sessions=4, max_turns=3)
+            old = {k: -torch.rand(len(r["mask"]), generator=g) * 3 for k, r in zip(meta.keys, rows)}
+            new = {k: old[k] + torch.randn(len(r["mask"]), generator=g) * 0.3 for k, r in zip(meta.keys, rows)}
+            tq.kv_batch_put(keys=list(meta.keys), partition_id=meta.partition_id, fields=TensorDict(
+                {"old_log_probs": torch.nested.as_nested_tensor([old[k] for k in meta.keys], layout=torch.jagged)}, batch_size=len(meta.keys)))
+            metrics = {}
+            t._compute_advantage(meta, metrics)
+            final = {}
+            for i, row in enumerate(rows):
+                if row["session"] not in final or rows[final[row["session"]]]["turn"] < row["turn"]:
+                    final[row["session"]] = i
+            sessions = sorted(final)
+            rewards = np.array([[rows[final[s]]["comps"][k] for k in KEYS] for s in sessions])
+            uids = [rows[final[s]]["uid"] for s in sessions]
+            want = dict(zip(sessions, reference.ctwa_advantages(rewards, uids, np.exp(log_w))))
+            adv = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages"])["advantages"].to_padded_tensor(0.0).double()
+            for i, row in enumerate(rows):
+                torch.testing.assert_close(adv[i, : len(row["mask"])], want[row["session"]] * row["mask"].double(), atol=1e-5, rtol=1e-5)
+            t.actor_rollout_wg = UpdatingWorkers(new)
+            t._update_actor(meta, metrics)
+            assert t.actor_rollout_wg.updates == 1 and len(t.actor_rollout_wg.calls) == 1
+            call = t.actor_rollout_wg.calls[0]
+            assert call["calculate_entropy"] is False and call["no_lora_adapter"] is False and call["compute_loss"] is False
+            assert meta.extra_info["calculate_entropy"] is False and "no_lora_adapter" not in meta.extra_info  # put back
+            per_session = session_signal_loop(rows, list(meta.keys), adv, old, new, 0.2, 0.28)
+            log_w, ema = reference.ctwa_update(log_w, ema, rewards, uids, np.array([per_session[s] for s in sessions]), **options)
+            state = STATE.get("ctwa")
+            np.testing.assert_allclose(state["log_weights"], log_w, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(state["ema"], ema, rtol=0, atol=1e-6)
+            assert state["signal"] == "policy" and state["steps"] == step
+            assert metrics["mrgrpo/state/steps"] == step and "actor/pg_loss" in metrics
+            t.global_steps = step
+            t._save_checkpoint()
+        assert np.max(np.abs(np.array(log_w) - np.log(np.array(weights) / sum(weights)))) > 1e-3  # the weights moved
+    finally:
+        STATE.reset()

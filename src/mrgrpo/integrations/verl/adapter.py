@@ -26,9 +26,9 @@ from torch import Tensor
 
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.estimators.binding import Binding
-from mrgrpo.integrations.verl.binding import bind_settings, feedback_on_v1, resolved_components, suite_of  # noqa: F401 (re-exported)
+from mrgrpo.integrations.verl.binding import bind_settings, resolved_components, suite_of  # noqa: F401 (re-exported)
 from mrgrpo.integrations.verl.config import VERL_EPS, MrgrpoVerlConfig
-from mrgrpo.integrations.verl.feedback import hold
+from mrgrpo.integrations.verl.feedback import attach_sessions, hold
 from mrgrpo.integrations.verl.sessions import Trajectories
 from mrgrpo.integrations.verl.state import STATE
 
@@ -182,14 +182,14 @@ def token_advantages(
         rewards = reward_matrix(token_level_rewards, components, non_tensor_batch)
         rows = None
     else:
-        if binding.spec.feedback is not None:
-            raise ConfigError(feedback_on_v1(estimator, binding.spec.signal))
         rewards = trajectory_matrix(token_level_rewards, components, trajectories)
         final_rows, rows = trajectories.sessions(group_ids)
         rewards, mask = rewards[torch.from_numpy(final_rows).to(rewards.device)], mask[torch.from_numpy(final_rows).to(mask.device)]
         group_ids = [group_ids[i] for i in final_rows.tolist()]
     with torch.no_grad():
         values = rollout_values(binding, rewards, group_ids, settings, mask)
+        if rows is not None and binding.spec.feedback is not None:
+            attach_sessions(trajectories.keys, rows)  # the signal after the update is per session
         if rows is not None:
             # as verl's grpo: a session whose final output has no response token passes on 0
             values = torch.where(mask.sum(dim=1) > 0, values, torch.zeros_like(values))

@@ -36,15 +36,6 @@ def verl_host(settings: MrgrpoVerlConfig, norm_adv_by_std_in_grpo: bool) -> Host
 _BOUND: dict[str, Binding] = {}
 
 
-def feedback_on_v1(estimator: str, signal: str | None) -> str:
-    """The one-line refusal of an estimator with feedback on verl's v1 trainer."""
-    return (
-        f"mrgrpo_{estimator} moves its state from the policy signal measured after each update ({signal}), which "
-        "mrgrpo measures on verl's legacy trainer only: set trainer.use_v1=false (or train with MultiRewardGRPOTrainer "
-        "or mrgrpo train)"
-    )
-
-
 def bind_settings(
     estimator: str,
     settings: MrgrpoVerlConfig,

@@ -18,9 +18,15 @@ per-rollout signal measured with the *updated* policy
    :func:`mrgrpo.estimators.registry.apply_feedback`; the new state is the current one, logged,
    checkpointed with verl's checkpoint and restored on resume (:mod:`.state`).
 
-The legacy trainer keeps the whole batch in its driver process, so the statistics are the
-batch's, not one data-parallel rank's share (the official code's). verl's v1 trainer is refused
-for such an estimator before Ray starts (its rows are agent-loop outputs in a TransferQueue).
+On verl's v1 trainer (``trainer.use_v1=true``; :mod:`.v1`) the steps are the same: the estimator
+sees one row per session (its final output), :func:`attach_sessions` keeps how the batch's
+TransferQueue rows map onto them, and after ``_update_actor`` the updated actor's log-probabilities
+come from verl's ``actor_rollout_wg.compute_log_prob`` (as verl's own reference-in-actor pass
+calls it); a session's signal is the mean over all its outputs' response tokens
+(:func:`session_signal`).
+
+Both trainers keep the whole batch in their driver process, so the statistics are the batch's,
+not one data-parallel rank's share (the official code's).
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class Pending:
     rewards: Tensor  # [N, K] float64, NaN = not scored
     group_ids: Any
     state: dict[str, Any] | None  # the incoming state
+    #: v1 trainer: the batch's TransferQueue keys and, per key, the index of its session in
+    #: ``rewards`` (whose rows are the sessions' final outputs); ``None`` on the legacy trainer
+    sessions: tuple[tuple[str, ...], Any] | None = None
 
 
 #: The step waiting for its feedback (one per trainer process; ``None``: none).
@@ -55,6 +64,45 @@ def hold(binding: Binding, rewards: Tensor, group_ids: Any, state: dict[str, Any
     """Keep a feedback estimator's step until the policy update has run."""
     global PENDING
     PENDING = Pending(binding, rewards.detach().to(torch.float64), group_ids, state)
+
+
+def attach_sessions(keys: tuple[str, ...], rows: Any) -> None:
+    """On verl's v1 trainer: the held step's rewards are one row per session (its final output);
+    ``keys`` are the batch's TransferQueue keys and ``rows[i]`` the session of key ``i``."""
+    if PENDING is not None:
+        PENDING.sessions = (tuple(keys), torch.as_tensor(rows, dtype=torch.long))
+
+
+def take() -> Pending | None:
+    """The held step (and forget it): the feedback runs once per update."""
+    global PENDING
+    pending, PENDING = PENDING, None
+    return pending
+
+
+def session_signal(row_signal: Tensor, row_tokens: Tensor, rows: Tensor, sessions: int) -> Tensor:
+    """``[sessions]`` float64: the signal of each multi-turn session, from its outputs' rows.
+
+    A session's signal is the mean over *all* its response tokens (every turn's), the
+    single-output definition applied to the whole session: ``Σ_r n_r s_r / Σ_r n_r`` over its
+    rows ``r`` (``s_r`` the row's signal, a mean over its ``n_r`` tokens); 0 for a session with no
+    response token. Shapes: ``row_signal``, ``row_tokens``, ``rows`` ``[R]`` (``rows``: the
+    session index of each row)."""
+    weighted = torch.zeros(sessions, dtype=torch.float64).index_add_(0, rows, row_signal.double() * row_tokens.double())
+    tokens = torch.zeros(sessions, dtype=torch.float64).index_add_(0, rows, row_tokens.double())
+    return torch.where(tokens > 0, weighted / tokens.clamp(min=1.0), torch.zeros_like(tokens))
+
+
+def feedback_state(pending: Pending, signal: Tensor) -> dict[str, Any] | None:
+    """The state after the update: :func:`mrgrpo.estimators.registry.apply_feedback` on the held
+    step with ``signal`` ``[N]`` (one per row of the held rewards); made current and logged."""
+    binding, rewards = pending.binding, pending.rewards
+    weights = as_weights(binding.estimator_weights, rewards.shape[1], rewards.device)
+    groups = make_groups(pending.group_ids, rewards.shape[0], device=rewards.device)
+    state = apply_feedback(binding.spec, rewards, groups, weights, binding.call_options(), pending.state,
+                           signal.to(rewards.device))
+    STATE.put(binding.name, state)
+    return state
 
 
 def policy_signal(
@@ -84,19 +132,12 @@ def clip_ratios(actor_config: Any) -> tuple[float, float]:
 def after_update(trainer: Any, batch: Any) -> None:
     """The feedback of the step held by :func:`hold`, after ``trainer`` (a legacy
     ``RayPPOTrainer``) updated its actor on ``batch`` (the ``DataProto`` of that step)."""
-    global PENDING
-    pending, PENDING = PENDING, None
+    pending = take()
     if pending is None:
         return
     new_log_probs, _ = trainer._compute_old_log_prob(batch)  # (the updated actor's, verl's own call)
     low, high = clip_ratios(trainer.config.actor_rollout_ref.actor)
     signal = policy_signal(batch.batch["advantages"], batch.batch["old_log_probs"],
                            new_log_probs.batch["old_log_probs"], batch.batch["response_mask"], low, high)
-    binding = pending.binding
-    rewards = pending.rewards
-    weights = as_weights(binding.estimator_weights, rewards.shape[1], rewards.device)
-    groups = make_groups(pending.group_ids, rewards.shape[0], device=rewards.device)
-    state = apply_feedback(binding.spec, rewards, groups, weights, binding.call_options(), pending.state,
-                           signal.to(rewards.device))
-    STATE.put(binding.name, state)
+    feedback_state(pending, signal)
     batch.meta_info[METRICS_KEY] = dict(STATE.metrics)

@@ -49,7 +49,7 @@ def prepare(config: Any) -> Any:
 
     import mrgrpo
     import mrgrpo.integrations.verl as integration
-    from mrgrpo.integrations.verl.binding import bind_settings, check_resumed, feedback_on_v1
+    from mrgrpo.integrations.verl.binding import bind_settings, check_resumed
     from mrgrpo.integrations.verl.names import mrgrpo_name
     from mrgrpo.integrations.verl.registration import import_user_modules
     from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
@@ -68,8 +68,6 @@ def prepare(config: Any) -> Any:
             )
         norm = bool(OmegaConf.select(config, "algorithm.norm_adv_by_std_in_grpo", default=True))
         bind_settings(estimator, settings, norm)  # every estimator setting, checked once, here
-        if mrgrpo.get_estimator(estimator).feedback is not None and OmegaConf.select(config, "trainer.use_v1", default=False):
-            raise ConfigError(feedback_on_v1(estimator, mrgrpo.get_estimator(estimator).signal))
         folder = resume_folder(config)  # the state verl will resume with must fit, too
         record = read_record(folder, estimator) if folder is not None else None
         if record is not None and mrgrpo.get_estimator(estimator).stateful:

@@ -14,8 +14,9 @@ queue and runs verl's own ``_compute_advantage`` (KL-in-reward, rollout correcti
 all verl's) with them in scope (:func:`.sessions.using`). The registered estimator then computes
 on each session's final output, grouped by ``uid``, and broadcasts the result to the session's
 other rows (:class:`.sessions.Trajectories`). Every other estimator runs verl's code unchanged.
-The subclass also saves a stateful estimator's state beside verl's checkpoint and restores it
-when verl resumes (:mod:`.state`), adds the state's numeric entries to the step's metrics, and
+The subclass also runs the feedback of an estimator that moves its state from the policy update
+(``ctwa``) after ``_update_actor`` (:func:`feedback_after_update`), saves a stateful estimator's
+state beside verl's checkpoint and restores it when verl resumes (:mod:`.state`), adds the state's numeric entries to the step's metrics, and
 imports the modules of ``algorithm.mrgrpo.import`` before the estimator is looked up.
 No verl file is edited; trainers registered after :func:`install` are wrapped by calling it again.
 """
@@ -25,14 +26,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 import transfer_queue as tq
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import trainer_base
+from verl.workers.utils.padding import response_from_nested
 
 from mrgrpo.errors import InputError
 from mrgrpo.integrations.verl.binding import resolved_components
 from mrgrpo.integrations.verl.names import mrgrpo_name, verl_name
 from mrgrpo.integrations.verl.registration import import_user_modules
+from mrgrpo.integrations.verl import feedback
 from mrgrpo.integrations.verl.config import MrgrpoVerlConfig
 from mrgrpo.integrations.verl.sessions import Trajectories, scores_column, using
 from mrgrpo.integrations.verl.state import STATE, load_after, save_after
@@ -97,6 +101,14 @@ class MrgrpoAdvantageMixin:
             metrics.update(STATE.metrics)  # a stateful estimator's numeric state, every step
         return result
 
+    def _update_actor(self, batch, metrics):  # noqa: D401 - verl's signature
+        result = super()._update_actor(batch, metrics)
+        pending = feedback.take()
+        if pending is not None:  # an estimator that moves its state from the update (ctwa)
+            feedback_after_update(self, batch, pending)
+            metrics.update(STATE.metrics)
+        return result
+
     def _save_checkpoint(self, *args, **kwargs):
         result = super()._save_checkpoint(*args, **kwargs)
         if mrgrpo_name(self.config.algorithm.adv_estimator) is not None:
@@ -108,6 +120,55 @@ class MrgrpoAdvantageMixin:
         if mrgrpo_name(self.config.algorithm.adv_estimator) is not None:
             load_after(self)  # from the folder verl resumed from
         return result
+
+
+def updated_log_probs(trainer: Any, batch: Any) -> torch.Tensor:
+    """``(N, T)`` the updated actor's log-probabilities of the batch's response tokens (padded
+    with 0), from verl's ``actor_rollout_wg.compute_log_prob`` as verl's reference-in-actor pass
+    calls it (no entropy, no loss), but with the actor's adapter on. The call writes the
+    ``log_probs`` field of the rows, as verl's own passes do; ``extra_info`` is put back."""
+    keys = ("calculate_entropy", "compute_loss", "temperature", "no_lora_adapter")
+    saved = {k: batch.extra_info[k] for k in keys if k in batch.extra_info}
+    batch.extra_info.update({
+        "calculate_entropy": False, "compute_loss": False, "no_lora_adapter": False,
+        "temperature": trainer.config.actor_rollout_ref.rollout.temperature,
+    })
+    try:
+        output = trainer.actor_rollout_wg.compute_log_prob(batch)
+        if output is not None and len(output) != len(batch):
+            raise InputError(f"verl's compute_log_prob returned {len(output)} rows for {len(batch)}")
+    finally:
+        for k in keys:
+            batch.extra_info.pop(k, None)
+        batch.extra_info.update(saved)
+    data = tq.kv_batch_get(keys=list(batch.keys), partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"])
+    return response_from_nested(data["log_probs"], data["response_mask"]).to_padded_tensor(0.0)
+
+
+def feedback_after_update(trainer: Any, batch: Any, pending: feedback.Pending) -> None:
+    """The held step's feedback after ``trainer`` updated its actor on ``batch`` (a
+    ``KVBatchMeta``): the signal of each row from the queue's ``advantages``, ``old_log_probs`` and
+    ``response_mask`` and the updated actor's log-probabilities, then per session
+    (:func:`.feedback.session_signal`), then the estimator's state update."""
+    if pending.sessions is None:
+        raise InputError("the feedback step was held without its sessions: compute_advantage did not run on this v1 batch")
+    held_keys, rows = pending.sessions
+    keys = tuple(batch.keys)
+    if set(keys) != set(held_keys) or len(keys) != len(held_keys):
+        raise InputError("the updated batch's TransferQueue keys are not those its advantages were computed for")
+    new = updated_log_probs(trainer, batch)
+    data = tq.kv_batch_get(keys=list(keys), partition_id=batch.partition_id,
+                           select_fields=["advantages", "old_log_probs", "response_mask"])
+    mask = data["response_mask"].to_padded_tensor(0)
+    advantages = data["advantages"].to_padded_tensor(0.0)
+    old = data["old_log_probs"].to_padded_tensor(0.0)
+    width = mask.shape[1]
+    low, high = feedback.clip_ratios(trainer.config.actor_rollout_ref.actor)
+    row_signal = feedback.policy_signal(advantages[:, :width], old[:, :width], new[:, :width], mask, low, high)
+    position = {key: i for i, key in enumerate(held_keys)}
+    session_of = rows[torch.tensor([position[key] for key in keys], dtype=torch.long)]
+    signal = feedback.session_signal(row_signal, mask.sum(dim=1), session_of, pending.rewards.shape[0])
+    feedback.feedback_state(pending, signal)
 
 
 _BASE_ATTR = "_mrgrpo_base"
