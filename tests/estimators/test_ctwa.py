@@ -13,7 +13,9 @@ import torch
 import mrgrpo
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.estimators import get_estimator, make_groups, reference
-from mrgrpo.estimators.registry import apply_feedback, as_weights, validate_options
+from mrgrpo.estimators.registry import (
+    SIGNAL_AGGREGATIONS, apply_feedback, as_weights, clipped_ratio_advantage, signal_options, validate_options,
+)
 
 
 def _signal(rng, n, outliers=True):
@@ -217,7 +219,7 @@ def test_the_gate_stops_an_objective_that_meets_its_target():
     [({"base": "ppo"}, "base must be one of"), ({"ema_tau": 1.5}, "ema_tau must be in"), ({"lr": -0.1}, "lr must be in"),
      ({"cov_targets": [0.1, 0.2]}, "cov_targets has 2 entries but there are 3 components"),
      ({"use_corr_target": 1}, "use_corr_target must be True or False"), ({"obj_targets": "high"}, "obj_targets must be"),
-     ({"global_metrics": "yes"}, "global_metrics must be True or False")],
+     ({"global_metrics": "yes"}, "global_metrics must be True or False"), ({"w_agg": "max"}, "w_agg must be one of")],
 )
 def test_bad_options_raise_one_line(options, message):
     with pytest.raises(ConfigError, match=message) as error:
@@ -281,5 +283,39 @@ def test_mrgrpo_estimators_lists_it_with_its_options():
     row = next(r for r in json.loads(result.output) if r["name"] == "ctwa")
     assert row["options"]["cov_targets"] is None and row["options"]["lr"] == 0.02 and row["options"]["ema_tau"] == 0.1
     assert set(row["options"]) == {"base", "cov_targets", "obj_targets", "use_corr_target", "gate_by_obj_targets", "ema_tau", "lr",
-                                   "global_metrics"}
+                                   "global_metrics", "w_agg"}
     assert row["traits"]["stateful"] and row["traits"]["signal"] == "clipped_ratio_advantage"
+
+
+@pytest.mark.parametrize("w_agg", SIGNAL_AGGREGATIONS)
+def test_the_signal_aggregates_each_rollouts_tokens_as_w_agg_says_as_the_source(w_agg):
+    """clipped_ratio_advantage (what every trainer calls) against the official compute_ctwa_stats'
+    completion weight token by token, with clipped tokens of both signs, a row whose tokens are
+    all clipped and a row without response tokens; the trainers read w_agg from the options."""
+    rng = np.random.default_rng(5)
+    n, t = 12, 9
+    mask = (rng.random((n, t)) > 0.3).astype(float)
+    mask[-1] = 0.0  # no response token
+    advantages = rng.normal(size=n)
+    old = -rng.random((n, t)) * 3
+    new = old + rng.normal(size=(n, t)) * 0.4
+    new[0] = old[0] + (1.0 if advantages[0] >= 0 else -1.0)  # every token of row 0 clipped
+    token_advantages = advantages[:, None] * np.ones((n, t))
+    want = reference.ctwa_signal(token_advantages, old, new, mask, 0.2, 0.28, w_agg)
+    got = clipped_ratio_advantage(torch.from_numpy(advantages), torch.from_numpy(old), torch.from_numpy(new),
+                                  torch.from_numpy(mask), 0.2, 0.28, w_agg=w_agg)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert got[0] == 0.0 and got[-1] == 0.0
+    spec = get_estimator("ctwa")
+    assert signal_options(spec, {"w_agg": w_agg}) == {"w_agg": w_agg} and signal_options(spec, {}) == {"w_agg": "mean"}
+
+
+def test_the_aggregations_differ_where_the_source_says():
+    """mean divides by all response tokens, mean_unclipped by the unclipped ones, sum not at all."""
+    advantages = torch.tensor([1.0])
+    old = torch.zeros(1, 4, dtype=torch.float64)
+    new = torch.tensor([[0.0, 0.0, 2.0, 0.0]], dtype=torch.float64)  # token 2: ratio e^2, clipped for A >= 0
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
+    values = {w: float(clipped_ratio_advantage(advantages, old, new, mask, 0.2, 0.2, w_agg=w)) for w in SIGNAL_AGGREGATIONS}
+    assert values["sum"] == pytest.approx(2.0) and values["mean"] == pytest.approx(2.0 / 3)
+    assert values["mean_unclipped"] == pytest.approx(2.0 / (2 + 1e-8), rel=1e-12)

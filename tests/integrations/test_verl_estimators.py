@@ -336,24 +336,10 @@ class LegacyTrainer:
         return DataProto.from_dict(tensors={"old_log_probs": self.new_log_probs}), 0.0
 
 
-def signal_loop(advantages, old, new, mask, low, high):
-    """The official compute_ctwa_stats' completion weight (w_agg="mean"), row by row."""
-    out = []
-    for a_row, o_row, n_row, m_row in zip(advantages.tolist(), old.tolist(), new.tolist(), mask.tolist()):
-        tokens = sum(m_row)
-        a = sum(x * m for x, m in zip(a_row, m_row)) / tokens
-        total = 0.0
-        for o, n, m in zip(o_row, n_row, m_row):
-            ratio = np.exp(np.clip(n - o, -20.0, 20.0))
-            unclipped = ratio <= 1 + high if a >= 0 else ratio >= 1 - low
-            total += a * ratio * float(unclipped) * m
-        out.append(total / tokens)
-    return np.array(out)
-
-
 @pytest.mark.parametrize("options", [
     {"cov_targets": [0.4, 0.3, 0.3], "gate_by_obj_targets": False, "lr": 0.5},
-    {"cov_targets": 0.9, "use_corr_target": True, "gate_by_obj_targets": False, "base": "grpo", "lr": 0.2, "ema_tau": 0.5},
+    {"cov_targets": 0.9, "use_corr_target": True, "gate_by_obj_targets": False, "base": "grpo", "lr": 0.2, "ema_tau": 0.5,
+     "w_agg": "mean_unclipped"},
 ])
 def test_ctwa_on_the_legacy_trainer_moves_its_weights_after_the_update_as_the_official_code(options):
     """Four training steps: compute_advantage (the incoming weights), then verl's _update_actor
@@ -384,7 +370,8 @@ def test_ctwa_on_the_legacy_trainer_moves_its_weights_after_the_update_as_the_of
         data.batch["old_log_probs"] = old.float()
         trainer = LegacyTrainer(0.2, 0.28, new.float())
         assert update(trainer, data) == "metrics" and trainer.updates == 1
-        s = signal_loop(data.batch["advantages"].double(), old.float().double(), new.float().double(), mask.double(), 0.2, 0.28)
+        s = reference.ctwa_signal(data.batch["advantages"].double(), old.float().double(), new.float().double(), mask.double(),
+                                  0.2, 0.28, options.get("w_agg", "mean"))
         update_options = {k: v for k, v in options.items() if k != "base"}
         log_w, ema = reference.ctwa_update(log_w, ema, rewards, uids, s, **update_options)
         state = STATE.get("ctwa")

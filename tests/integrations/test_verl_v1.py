@@ -420,26 +420,33 @@ def ctwa_trainer(block, tmp_path, mode="sync"):
     return t
 
 
-def session_signal_loop(rows, keys, advantages, old, new, low, high):
-    """The official completion weight (w_agg="mean") of each session over all its outputs'
-    response tokens: Σ Â·ρ·1[unclipped] / Σ tokens, token by token."""
-    total, tokens = {}, {}
+def session_signal_loop(rows, keys, advantages, old, new, low, high, w_agg):
+    """The official completion weight of each session over all its outputs' response tokens,
+    token by token: Σ Â·ρ·1[unclipped], divided as w_agg says (all tokens, unclipped + 1e-8, 1)."""
+    total, tokens, unclipped_tokens = {}, {}, {}
     for i, (row, key) in enumerate(zip(rows, keys)):
         mask = row["mask"].tolist()
         a_row = advantages[i][: len(mask)].tolist()
         a = sum(x * m for x, m in zip(a_row, mask)) / max(sum(mask), 1)
+        session = row["session"]
+        total.setdefault(session, 0.0), tokens.setdefault(session, 0), unclipped_tokens.setdefault(session, 0)
         for t, m in enumerate(mask):
             if not m:
                 continue
             ratio = np.exp(np.clip(float(new[key][t]) - float(old[key][t]), -20.0, 20.0))
             unclipped = ratio <= 1 + high if a >= 0 else ratio >= 1 - low
-            total[row["session"]] = total.get(row["session"], 0.0) + a * ratio * float(unclipped)
-            tokens[row["session"]] = tokens.get(row["session"], 0) + 1
-    return {s: (total.get(s, 0.0) / tokens[s] if tokens.get(s) else 0.0) for s in {r["session"] for r in rows}}
+            total[session] += a * ratio * float(unclipped)
+            tokens[session] += 1
+            unclipped_tokens[session] += int(unclipped)
+    if w_agg == "mean":
+        return {s: (total[s] / tokens[s] if tokens[s] else 0.0) for s in total}
+    if w_agg == "mean_unclipped":
+        return {s: total[s] / (unclipped_tokens[s] + 1e-8) for s in total}
+    return dict(total)
 
 
-@pytest.mark.parametrize("mode", ["sync", "separate_async"])
-def test_ctwa_on_v1_moves_its_weights_after_the_update_per_session_and_resumes(mode, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode,w_agg", [("sync", "mean"), ("separate_async", "sum")])
+def test_ctwa_on_v1_moves_its_weights_after_the_update_per_session_and_resumes(mode, w_agg, tmp_path, monkeypatch):
     """Four v1 steps on multi-turn batches: each step's advantages use the incoming weights (the
     official loop oracle on the sessions' final outputs); after verl's _update_actor the updated
     actor's log-probs come from compute_log_prob (adapter on, no entropy), each session's signal
@@ -454,7 +461,8 @@ def test_ctwa_on_v1_moves_its_weights_after_the_update_per_session_and_resumes(m
     monkeypatch.setattr(base_cls, "_save_checkpoint", fake_save)
     monkeypatch.setattr(base_cls, "_load_checkpoint", fake_load)
     weights = [0.5, 0.3, 0.2]
-    options = {"cov_targets": [0.4, 0.3, 0.3], "gate_by_obj_targets": False, "lr": 0.5}
+    targets = [0.4, 0.3, 0.3] if w_agg == "mean" else [5.0, 4.0, 4.0]  # "sum" scales s by the tokens
+    options = {"cov_targets": targets, "gate_by_obj_targets": False, "lr": 0.5, "w_agg": w_agg}
     block = {"components": KEYS, "weights": weights, "options": options}
     log_w, ema = list(np.log(np.array(weights) / sum(weights))), None
     g = torch.Generator().manual_seed(5)
@@ -491,7 +499,7 @@ def test_ctwa_on_v1_moves_its_weights_after_the_update_per_session_and_resumes(m
             call = t.actor_rollout_wg.calls[0]
             assert call["calculate_entropy"] is False and call["no_lora_adapter"] is False and call["compute_loss"] is False
             assert meta.extra_info["calculate_entropy"] is False and "no_lora_adapter" not in meta.extra_info  # put back
-            per_session = session_signal_loop(rows, list(meta.keys), adv, old, new, 0.2, 0.28)
+            per_session = session_signal_loop(rows, list(meta.keys), adv, old, new, 0.2, 0.28, w_agg)
             log_w, ema = reference.ctwa_update(log_w, ema, rewards, uids, np.array([per_session[s] for s in sessions]), **options)
             state = STATE.get("ctwa")
             np.testing.assert_allclose(state["log_weights"], log_w, rtol=0, atol=1e-6)

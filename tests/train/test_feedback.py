@@ -5,8 +5,6 @@ against the on-policy limit where the policy does not move, and across resume (m
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -35,23 +33,6 @@ def _logps(model, pending, temperature):
     logits = logits[:, -k - 1:-1, :] / temperature
     tokens = pending["input_ids"][:, -k:]
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def _signal_loop(new, old, advantages, mask, eps_low, eps_high):
-    """``s_i = (1/|o_i|) Σ_t Â_i ρ_it 1[unclipped]``, one token at a time."""
-    out = []
-    for i in range(new.shape[0]):
-        a = float(advantages[i])
-        total, count = 0.0, 0
-        for t in range(new.shape[1]):
-            if not mask[i, t]:
-                continue
-            count += 1
-            rho = math.exp(min(max(float(new[i, t]) - float(old[i, t]), -20.0), 20.0))
-            unclipped = rho <= 1 + eps_high if a >= 0 else rho >= 1 - eps_low
-            total += a * rho * unclipped
-        out.append(total / max(count, 1))
-    return np.array(out)
 
 
 class Recording(MultiRewardGRPOTrainer):
@@ -84,7 +65,7 @@ class MeasureAfterUpdate(TrainerCallback):
         return control
 
 
-def _train(tmp_path, steps, learning_rate, epsilon):
+def _train(tmp_path, steps, learning_rate, epsilon, options=OPTIONS):
     loaded = load_model("tiny")
     measure = MeasureAfterUpdate()
     args = tiny_grpo_config(
@@ -94,7 +75,7 @@ def _train(tmp_path, steps, learning_rate, epsilon):
     trainer = Recording(
         model=loaded.model, reward_funcs=[ScriptedReward(i) for i in range(3)], args=args,
         train_dataset=task_rows(TaskConfig(size=8, eval_size=1), "train", chat=True),
-        processing_class=loaded.tokenizer, estimator="ctwa", estimator_options=OPTIONS, callbacks=[measure],
+        processing_class=loaded.tokenizer, estimator="ctwa", estimator_options=options, callbacks=[measure],
     )
     measure.trainer = trainer
     trainer.record = []
@@ -102,8 +83,12 @@ def _train(tmp_path, steps, learning_rate, epsilon):
     return trainer
 
 
-def test_policy_signal_and_state_over_several_steps_match_an_independent_recomputation(tmp_path):
-    trainer = _train(tmp_path, steps=3, learning_rate=5e-3, epsilon=0.02)
+@pytest.mark.parametrize("w_agg", ["mean", "sum"])
+def test_policy_signal_and_state_over_several_steps_match_an_independent_recomputation(tmp_path, w_agg):
+    """The signal token by token as the official compute_ctwa_stats (w_agg "mean", the official
+    config's, and "sum"), from log-probabilities measured by hand, then the loop oracle's update."""
+    options = {**OPTIONS, "w_agg": w_agg}
+    trainer = _train(tmp_path, steps=3, learning_rate=5e-3, epsilon=0.02, options=options)
     ids = list(np.arange(N) // 4)
     log_w = list(np.log(np.asarray(WEIGHTS) / sum(WEIGHTS)))
     ema = None
@@ -113,11 +98,12 @@ def test_policy_signal_and_state_over_several_steps_match_an_independent_recompu
         # the step's advantages come from the weights before its own update
         expected_adv = reference.ctwa_advantages(rec["rewards"], ids, np.exp(log_w))
         np.testing.assert_allclose(rec["advantages"], expected_adv, rtol=0, atol=1e-5)
-        signal = _signal_loop(rec["new"], rec["old"], rec["advantages"], rec["mask"], 0.02, 0.02)
+        token_advantages = rec["advantages"][:, None] * np.ones(rec["mask"].shape)
+        signal = reference.ctwa_signal(token_advantages, rec["old"], rec["new"], rec["mask"], 0.02, 0.02, w_agg)
         ratio = np.exp(np.clip(rec["new"] - rec["old"], -20, 20))[rec["mask"]]
         clipped += int(((ratio > 1.02) | (ratio < 0.98)).sum())
         assert np.abs(ratio - 1).max() > 1e-4  # the policy moved: s is not the on-policy limit
-        log_w, ema = reference.ctwa_update(log_w, ema, rec["rewards"], ids, signal, **OPTIONS)
+        log_w, ema = reference.ctwa_update(log_w, ema, rec["rewards"], ids, signal, **options)
         after = trainer.record[step + 1]["state_before"] if step + 1 < len(trainer.record) else trainer.estimator_state
         assert after["signal"] == "policy" and after["steps"] == step + 1
         np.testing.assert_allclose(after["log_weights"], log_w, rtol=0, atol=1e-5)

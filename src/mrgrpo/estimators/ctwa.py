@@ -40,7 +40,7 @@ from mrgrpo.estimators._checks import check_bool
 from mrgrpo.estimators._multi import choice_option, given, number_option
 from mrgrpo.estimators.groups import Groups, batch_standardize
 from mrgrpo.estimators.grpo import grpo
-from mrgrpo.estimators.registry import register_estimator
+from mrgrpo.estimators.registry import SIGNAL_AGGREGATIONS, register_estimator
 
 NAME = "ctwa"
 BASES = ("reinforce_pp", "grpo")
@@ -96,6 +96,7 @@ def _validate(options: dict, num_components: int | None) -> None:
         "ema_tau": lambda v: number_option(v, "ema_tau", NAME, low=0.0, high=1.0),
         "lr": lambda v: number_option(v, "lr", NAME, low=0.0),
         "global_metrics": lambda v: check_bool(v, "global_metrics", NAME),
+        "w_agg": lambda v: choice_option(v, "w_agg", SIGNAL_AGGREGATIONS, NAME),
     })
 
 
@@ -265,8 +266,10 @@ def _state(log_weights: list[float], ema: list[float] | None, steps: int, statis
 
 
 def _options(k: int, base: Any, cov_targets: Any, obj_targets: Any, use_corr_target: Any, gate_by_obj_targets: Any,
-             ema_tau: Any, lr: Any, global_metrics: Any = False) -> tuple[str, list[float], list[float], bool, bool, float, float]:
+             ema_tau: Any, lr: Any, global_metrics: Any = False,
+             w_agg: Any = "mean") -> tuple[str, list[float], list[float], bool, bool, float, float]:
     check_bool(global_metrics, "global_metrics", NAME)
+    choice_option(w_agg, "w_agg", SIGNAL_AGGREGATIONS, NAME)
     return (
         choice_option(base, "base", BASES, NAME),
         per_component(cov_targets, k, "cov_targets"),  # type: ignore[return-value]
@@ -282,15 +285,17 @@ def ctwa_feedback(
     rewards: Tensor, groups: Groups, weights: Tensor, signal: Tensor, state: dict[str, Any] | None, *,
     base: str = "reinforce_pp", cov_targets: Any = None, obj_targets: Any = None,
     use_corr_target: bool = False, gate_by_obj_targets: bool = True, ema_tau: float = 0.1, lr: float = 0.02,
-    global_metrics: bool = False, source: str = "policy",
+    global_metrics: bool = False, w_agg: str = "mean", source: str = "policy",
 ) -> dict[str, Any]:
     """The state after one policy update: ``state`` is the one the step's advantages were
     computed from (``None``: the first step), ``signal`` ``[N]`` the per-rollout policy signal
     ``s`` of that step's rollouts (same order as ``rewards``). Pure. ``source`` is recorded as
-    the state's ``"signal"`` (``"policy"``, or ``"on_policy_limit"`` where ``s = A``)."""
+    the state's ``"signal"`` (``"policy"``, or ``"on_policy_limit"`` where ``s = A``). ``w_agg``
+    says how the trainer aggregated ``s`` over a rollout's tokens (it reads the option when it
+    measures; :data:`mrgrpo.estimators.registry.SIGNAL_OPTIONS`): checked here, not applied."""
     k = rewards.shape[1]
     _, cov_t, obj_t, use_corr, gate, tau, step = _options(
-        k, base, cov_targets, obj_targets, use_corr_target, gate_by_obj_targets, ema_tau, lr, global_metrics)
+        k, base, cov_targets, obj_targets, use_corr_target, gate_by_obj_targets, ema_tau, lr, global_metrics, w_agg)
     if signal.dim() != 1 or signal.shape[0] != rewards.shape[0]:
         raise InputError(f"{NAME}: the policy signal must be [N] = [{rewards.shape[0]}], got shape {tuple(signal.shape)}")
     log_weights, ema, steps = _incoming(state, weights)
@@ -317,6 +322,7 @@ def ctwa(
     ema_tau: float = 0.1,
     lr: float = 0.02,
     global_metrics: bool = False,
+    w_agg: str = "mean",
     state: dict[str, Any] | None = None,
 ) -> tuple[Tensor, dict[str, Any]]:
     """CTWA: the base advantage of ``Σ_k w_k r_ik`` with weights that adapt from the policy update.
@@ -349,6 +355,11 @@ def ctwa(
         global_metrics: pool the groups' centred products instead of averaging each group's
             covariance and correlation (:func:`signal_statistics`; default false, the
             official config's).
+        w_agg: how a trainer aggregates the signal over a rollout's response tokens
+            (``"mean"``, the official config's; ``"mean_unclipped"``; ``"sum"``:
+            :data:`mrgrpo.estimators.registry.SIGNAL_AGGREGATIONS`). The on-policy limit here
+            takes ``s = Â`` whatever it is (a rollout file carries no token counts; with
+            ``"sum"`` a trainer's signal scales with the response length).
         state: ``None`` (the first step) or the dict a previous step (or its feedback) returned.
 
     Returns:
@@ -361,14 +372,14 @@ def ctwa(
     """
     k = rewards.shape[1]
     base_name, *_ = _options(k, base, cov_targets, obj_targets, use_corr_target, gate_by_obj_targets, ema_tau, lr,
-                             global_metrics)
+                             global_metrics, w_agg)
     log_weights, _, _ = _incoming(state, weights)
     current = torch.tensor([math.exp(v) for v in log_weights], dtype=torch.float64, device=rewards.device)
     advantages = base_advantages(rewards, groups, current, base_name)
     new_state = ctwa_feedback(
         rewards, groups, weights, advantages, state, base=base, cov_targets=cov_targets, obj_targets=obj_targets,
         use_corr_target=use_corr_target, gate_by_obj_targets=gate_by_obj_targets, ema_tau=ema_tau, lr=lr,
-        global_metrics=global_metrics, source="on_policy_limit",
+        global_metrics=global_metrics, w_agg=w_agg, source="on_policy_limit",
     )
     return advantages, new_state
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
+import math
+
 import numpy as np
 
 
@@ -399,6 +401,36 @@ def ctwa_advantages(rewards, group_ids, weights, base="reinforce_pp") -> np.ndar
     return out
 
 
+def ctwa_signal(advantages, old_log_probs, new_log_probs, mask, clip_low, clip_high, w_agg="mean") -> np.ndarray:
+    """The official ``compute_ctwa_stats``' completion weight, token by token: ``Â_i`` the mean
+    of row i's token ``advantages`` over its ``mask``, ``W_t = Â_i·ρ_t·1[unclipped]`` with ``ρ_t =
+    exp(clip(new − old, −20, 20))`` and the clip test of the sign of ``Â_i``; ``w_agg``:
+    ``"mean"`` ``Σ W / tokens`` (0 without tokens, where the source gets 0/0 and drops the row),
+    ``"mean_unclipped"`` ``Σ W / (unclipped tokens + 1e-8)``, ``"sum"`` ``Σ W``. All inputs
+    ``(N, T)`` array-likes."""
+    out = []
+    for a_row, o_row, n_row, m_row in zip(*(np.asarray(x, dtype=np.float64).tolist() for x in (advantages, old_log_probs, new_log_probs, mask))):
+        tokens = sum(1 for m in m_row if m)
+        a = sum(x for x, m in zip(a_row, m_row) if m) / tokens if tokens else 0.0
+        total, unclipped_count = 0.0, 0
+        for o, n, m in zip(o_row, n_row, m_row):
+            if not m:
+                continue
+            ratio = math.exp(min(max(n - o, -20.0), 20.0))
+            unclipped = ratio <= 1 + clip_high if a >= 0 else ratio >= 1 - clip_low
+            total += a * ratio * float(unclipped)
+            unclipped_count += int(unclipped)
+        if w_agg == "mean":
+            out.append(total / tokens if tokens else 0.0)
+        elif w_agg == "mean_unclipped":
+            out.append(total / (unclipped_count + 1e-8))
+        elif w_agg == "sum":
+            out.append(total)
+        else:
+            raise ValueError(f"Invalid w_agg={w_agg}.")
+    return np.array(out)
+
+
 def ctwa_statistics(rewards, group_ids, signal, global_metrics=False) -> dict:
     """``compute_ctwa_stats`` of the official code, transcribed as loops: drop non-finite ``s``
     and ``|s| > 100·median|s|``; per group of >= 2 kept rows (per component, the rows that
@@ -452,9 +484,10 @@ def ctwa_statistics(rewards, group_ids, signal, global_metrics=False) -> dict:
 
 def ctwa_update(log_weights, ema, rewards, group_ids, signal, cov_targets=None,
                 obj_targets=None, use_corr_target=False, gate_by_obj_targets=True, ema_tau=0.1,
-                lr=0.02, global_metrics=False) -> tuple[list[float], list[float]]:
+                lr=0.02, global_metrics=False, w_agg="mean") -> tuple[list[float], list[float]]:
     """One CTWA weight update (the official ``_ctwa_update_weights_from_metrics``), as loops:
-    returns the new ``(log_weights, ema)``; ``ema=None`` on the first update."""
+    returns the new ``(log_weights, ema)``; ``ema=None`` on the first update. ``w_agg`` is how
+    ``signal`` was aggregated (:func:`ctwa_signal`): not used here."""
     stats = ctwa_statistics(rewards, group_ids, signal, global_metrics)
     k_count = len(log_weights)
     targets = _ctwa_targets(cov_targets, k_count, (0.1, 0.05))

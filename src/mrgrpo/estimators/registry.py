@@ -88,28 +88,71 @@ ScaleDiagnostics = Callable[[Tensor], "dict[str, float | None]"]
 REQUIRED = inspect.Parameter.empty
 
 #: Policy signals a trainer can measure for an estimator's ``feedback`` (``[N]``, one per rollout):
-#: ``clipped_ratio_advantage``: ``s_i = (1/|o_i|) Σ_t Â_i·ρ_it·1[token t unclipped]`` over the
-#: response tokens, ``Â_i`` the rollout's advantage as trained on, ``ρ_it = exp(clamp(log π_new −
-#: log π_old, −20, 20))`` with ``π_new`` the policy after the step's update and ``π_old`` the
-#: sampling policy, unclipped meaning ``ρ <= 1 + ε_high`` where ``Â >= 0`` and ``ρ >= 1 − ε_low``
-#: where ``Â < 0`` (the PPO loss's clip test).
+#: ``clipped_ratio_advantage``: ``W_it = Â_i·ρ_it·1[token t unclipped]`` over the response tokens,
+#: ``Â_i`` the rollout's advantage as trained on, ``ρ_it = exp(clamp(log π_new − log π_old, −20,
+#: 20))`` with ``π_new`` the policy after the step's update and ``π_old`` the sampling policy,
+#: unclipped meaning ``ρ <= 1 + ε_high`` where ``Â >= 0`` and ``ρ >= 1 − ε_low`` where ``Â < 0``
+#: (the PPO loss's clip test), aggregated per rollout as the estimator's option ``w_agg`` says
+#: (:data:`SIGNAL_AGGREGATIONS`; default ``"mean"``: ``(1/|o_i|) Σ_t W_it``).
 SIGNALS = ("clipped_ratio_advantage",)
 
+#: The estimator options a signal reads (a trainer passes them when it measures the signal).
+SIGNAL_OPTIONS = {"clipped_ratio_advantage": ("w_agg",)}
 
-def clipped_ratio_advantage(
+#: ``w_agg`` of ``clipped_ratio_advantage`` (the official CTWA ``compute_ctwa_stats``): ``"mean"``
+#: ``Σ_t W_t / |o|``; ``"mean_unclipped"`` ``Σ_t W_t / (number of unclipped tokens + 1e-8)``;
+#: ``"sum"`` ``Σ_t W_t``.
+SIGNAL_AGGREGATIONS = ("mean", "mean_unclipped", "sum")
+
+#: The ``eps`` of ``w_agg="mean_unclipped"`` (the official ``compute_ctwa_stats`` default).
+UNCLIPPED_EPS = 1e-8
+
+
+def clipped_ratio_parts(
     advantages: Tensor, old_logps: Tensor, new_logps: Tensor, mask: Tensor, clip_low: float, clip_high: float,
-) -> Tensor:
-    """The ``clipped_ratio_advantage`` signal ``[N]`` (float64) as a trainer measures it (the
-    official CTWA ``compute_ctwa_stats`` with ``w_agg="mean"``): ``advantages`` ``[N]`` one per
-    rollout, the per-token log-probabilities ``old_logps`` (sampling policy) and ``new_logps``
-    (after the update) and the response ``mask``, all ``[N, T]``. A row without response tokens
-    gets 0."""
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per rollout ``(Σ_t W_t, response tokens, unclipped response tokens)``, each ``[N]`` float64
+    (see :data:`SIGNALS`): what :func:`aggregate_signal` turns into the signal. Sums, so rows
+    that make up one rollout (a multi-turn session's outputs) add up. Inputs as
+    :func:`clipped_ratio_advantage`."""
     m = mask.to(torch.float64)
     ratio = torch.exp(torch.clamp(new_logps.to(torch.float64) - old_logps.to(device=new_logps.device, dtype=torch.float64),
                                   -20.0, 20.0))
     a = advantages.to(device=ratio.device, dtype=torch.float64).reshape(-1, 1)
-    unclipped = torch.where(a >= 0, ratio <= 1.0 + float(clip_high), ratio >= 1.0 - float(clip_low))
-    return (a * ratio * unclipped.to(torch.float64) * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+    unclipped = torch.where(a >= 0, ratio <= 1.0 + float(clip_high), ratio >= 1.0 - float(clip_low)).to(torch.float64) * m
+    return (a * ratio * unclipped).sum(dim=1), m.sum(dim=1), unclipped.sum(dim=1)
+
+
+def aggregate_signal(weighted: Tensor, tokens: Tensor, unclipped: Tensor, w_agg: str = "mean") -> Tensor:
+    """The ``clipped_ratio_advantage`` signal ``[N]`` from :func:`clipped_ratio_parts` as
+    ``w_agg`` says (:data:`SIGNAL_AGGREGATIONS`). ``"mean"`` of a rollout without response
+    tokens is 0 (the source divides 0 by 0 and drops the rollout as non-finite)."""
+    if w_agg == "mean":
+        return weighted / tokens.clamp(min=1.0)
+    if w_agg == "mean_unclipped":
+        return weighted / (unclipped + UNCLIPPED_EPS)
+    if w_agg == "sum":
+        return weighted
+    raise ConfigError(f"w_agg must be one of {list(SIGNAL_AGGREGATIONS)}, got {w_agg!r}")
+
+
+def clipped_ratio_advantage(
+    advantages: Tensor, old_logps: Tensor, new_logps: Tensor, mask: Tensor, clip_low: float, clip_high: float,
+    w_agg: str = "mean",
+) -> Tensor:
+    """The ``clipped_ratio_advantage`` signal ``[N]`` (float64) as a trainer measures it (the
+    official CTWA ``compute_ctwa_stats``): ``advantages`` ``[N]`` one per rollout, the per-token
+    log-probabilities ``old_logps`` (sampling policy) and ``new_logps`` (after the update) and the
+    response ``mask``, all ``[N, T]``; ``w_agg`` as :data:`SIGNAL_AGGREGATIONS`."""
+    return aggregate_signal(*clipped_ratio_parts(advantages, old_logps, new_logps, mask, clip_low, clip_high), w_agg)
+
+
+def signal_options(spec: "Estimator", options: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``spec``'s signal (:data:`SIGNAL_OPTIONS`) among a step's ``options``, with
+    the estimator's defaults: the keyword arguments a trainer passes to the signal function."""
+    names = SIGNAL_OPTIONS.get(spec.signal or "", ())
+    return {k: options.get(k, spec.options.get(k)) for k in names if k in spec.options}
+
 
 #: ``feedback(rewards, groups, weights, signal, state, **options) -> new_state`` (module docstring).
 Feedback = Callable[..., dict[str, Any]]
@@ -743,6 +786,11 @@ __all__ = [
     "Groups",
     "as_reward_matrix",
     "SIGNALS",
+    "SIGNAL_AGGREGATIONS",
+    "SIGNAL_OPTIONS",
+    "aggregate_signal",
+    "clipped_ratio_parts",
+    "signal_options",
     "clipped_ratio_advantage",
     "apply_feedback",
     "as_weights",

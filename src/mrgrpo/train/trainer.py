@@ -64,6 +64,7 @@ from mrgrpo.estimators.registry import (
     compute_checked,
     fits_float32,
     reward_tensor,
+    signal_options,
 )
 from mrgrpo.rewards.base import RewardSuite
 from mrgrpo.train import trl_compat
@@ -443,7 +444,8 @@ class MultiRewardMixin:
         """``s_i = (1/|o_i|) Σ_t Â_i·ρ_it·1[unclipped]`` ``[b]`` (float64) over the loss mask of this
         process's rows: ``ρ = exp(clamp(log π_new − log π_old, −20, 20))``, unclipped where
         ``ρ <= 1 + epsilon_high`` (``Â >= 0``) or ``ρ >= 1 − epsilon_low`` (``Â < 0``), as the
-        official CTWA code (``compute_ctwa_stats``, ``w_agg="mean"``) and TRL's clip test."""
+        official CTWA code (``compute_ctwa_stats``, aggregated as the estimator's ``w_agg`` says)
+        and TRL's clip test."""
         mask = pending["mask"].to(torch.float64)
         old = pending["old_logps"].to(device=new_logps.device, dtype=torch.float64)
         if pending.get("capture"):
@@ -453,7 +455,8 @@ class MultiRewardMixin:
                     "optimizer stepped, so the sampling policy's log-probabilities are incomplete"
                 )
             old = torch.nan_to_num(old, nan=0.0)  # (padding: masked out)
-        return clipped_ratio_advantage(pending["advantages"], old, new_logps, mask, self.epsilon_low, self.epsilon_high)
+        return clipped_ratio_advantage(pending["advantages"], old, new_logps, mask, self.epsilon_low, self.epsilon_high,
+                                       **signal_options(self._spec, self.estimator_options))
 
     def apply_pending_feedback(self) -> None:
         """Measure the pending batch's policy signal with the current policy, gather it over the

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from mrgrpo.estimators import make_groups
 from mrgrpo.estimators.binding import Binding
-from mrgrpo.estimators.registry import apply_feedback, as_weights, clipped_ratio_advantage
+from mrgrpo.estimators.registry import aggregate_signal, apply_feedback, as_weights, clipped_ratio_parts, signal_options
 from mrgrpo.integrations.verl.state import METRICS_KEY, STATE
 
 
@@ -80,17 +80,21 @@ def take() -> Pending | None:
     return pending
 
 
-def session_signal(row_signal: Tensor, row_tokens: Tensor, rows: Tensor, sessions: int) -> Tensor:
+def session_signal(parts: tuple[Tensor, Tensor, Tensor], rows: Tensor, sessions: int, w_agg: str = "mean") -> Tensor:
     """``[sessions]`` float64: the signal of each multi-turn session, from its outputs' rows.
 
-    A session's signal is the mean over *all* its response tokens (every turn's), the
-    single-output definition applied to the whole session: ``Σ_r n_r s_r / Σ_r n_r`` over its
-    rows ``r`` (``s_r`` the row's signal, a mean over its ``n_r`` tokens); 0 for a session with no
-    response token. Shapes: ``row_signal``, ``row_tokens``, ``rows`` ``[R]`` (``rows``: the
-    session index of each row)."""
-    weighted = torch.zeros(sessions, dtype=torch.float64).index_add_(0, rows, row_signal.double() * row_tokens.double())
-    tokens = torch.zeros(sessions, dtype=torch.float64).index_add_(0, rows, row_tokens.double())
-    return torch.where(tokens > 0, weighted / tokens.clamp(min=1.0), torch.zeros_like(tokens))
+    ``parts``: :func:`mrgrpo.estimators.registry.clipped_ratio_parts` of the rows (``Σ_t W_t``,
+    response tokens, unclipped tokens, each ``[R]``), ``rows`` ``[R]`` the session of each row. A
+    session is one rollout whose tokens are all its outputs' response tokens: the parts add up
+    over its rows, then ``w_agg`` aggregates them (``"mean"``: ``Σ W / Σ tokens``, 0 for a
+    session without a response token)."""
+    summed = [torch.zeros(sessions, dtype=torch.float64).index_add_(0, rows, part.double()) for part in parts]
+    return aggregate_signal(*summed, w_agg)
+
+
+def signal_settings(pending: Pending) -> dict[str, Any]:
+    """The held estimator's signal options (``w_agg``)."""
+    return signal_options(pending.binding.spec, pending.binding.call_options())
 
 
 def feedback_state(pending: Pending, signal: Tensor) -> dict[str, Any] | None:
@@ -107,18 +111,24 @@ def feedback_state(pending: Pending, signal: Tensor) -> dict[str, Any] | None:
 
 def policy_signal(
     advantages: Tensor, old_log_probs: Tensor, new_log_probs: Tensor, response_mask: Tensor,
-    clip_low: float, clip_high: float,
+    clip_low: float, clip_high: float, w_agg: str = "mean",
 ) -> Tensor:
-    """``s_i = (1/|o_i|) Σ_t Â_i·ρ_it·1[unclipped]`` ``[N]`` float64, all inputs ``(N, T)``:
-    ``Â_i`` the mean of the row's token advantages over its response mask (verl broadcasts one
-    value per row), ``ρ = exp(clamp(log π_new − log π_old, −20, 20))``, unclipped where
-    ``ρ <= 1 + clip_high`` (``Â >= 0``) or ``ρ >= 1 − clip_low`` (``Â < 0``): the official
-    ``compute_ctwa_stats`` with ``w_agg="mean"``
-    (:func:`mrgrpo.estimators.registry.clipped_ratio_advantage`). A row without response tokens
-    gets 0."""
+    """The ``clipped_ratio_advantage`` signal ``[N]`` float64, all inputs ``(N, T)``: ``Â_i`` the
+    mean of the row's token advantages over its response mask (verl broadcasts one value per
+    row), ``ρ = exp(clamp(log π_new − log π_old, −20, 20))``, unclipped where ``ρ <= 1 +
+    clip_high`` (``Â >= 0``) or ``ρ >= 1 − clip_low`` (``Â < 0``), aggregated as ``w_agg`` says:
+    the official ``compute_ctwa_stats`` (:func:`mrgrpo.estimators.registry.clipped_ratio_advantage`)."""
+    return aggregate_signal(*policy_parts(advantages, old_log_probs, new_log_probs, response_mask, clip_low, clip_high), w_agg)
+
+
+def policy_parts(
+    advantages: Tensor, old_log_probs: Tensor, new_log_probs: Tensor, response_mask: Tensor, clip_low: float, clip_high: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`mrgrpo.estimators.registry.clipped_ratio_parts` of verl's rows (inputs as
+    :func:`policy_signal`)."""
     mask = response_mask.to(torch.float64)
     per_row = (advantages.to(torch.float64) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-    return clipped_ratio_advantage(per_row, old_log_probs, new_log_probs, mask, clip_low, clip_high)
+    return clipped_ratio_parts(per_row, old_log_probs, new_log_probs, mask, clip_low, clip_high)
 
 
 def clip_ratios(actor_config: Any) -> tuple[float, float]:
@@ -138,6 +148,7 @@ def after_update(trainer: Any, batch: Any) -> None:
     new_log_probs, _ = trainer._compute_old_log_prob(batch)  # (the updated actor's, verl's own call)
     low, high = clip_ratios(trainer.config.actor_rollout_ref.actor)
     signal = policy_signal(batch.batch["advantages"], batch.batch["old_log_probs"],
-                           new_log_probs.batch["old_log_probs"], batch.batch["response_mask"], low, high)
+                           new_log_probs.batch["old_log_probs"], batch.batch["response_mask"], low, high,
+                           **signal_settings(pending))
     feedback_state(pending, signal)
     batch.meta_info[METRICS_KEY] = dict(STATE.metrics)

@@ -164,10 +164,10 @@ def feedback_after_update(trainer: Any, batch: Any, pending: feedback.Pending) -
     old = data["old_log_probs"].to_padded_tensor(0.0)
     width = mask.shape[1]
     low, high = feedback.clip_ratios(trainer.config.actor_rollout_ref.actor)
-    row_signal = feedback.policy_signal(advantages[:, :width], old[:, :width], new[:, :width], mask, low, high)
+    parts = feedback.policy_parts(advantages[:, :width], old[:, :width], new[:, :width], mask, low, high)
     position = {key: i for i, key in enumerate(held_keys)}
     session_of = rows[torch.tensor([position[key] for key in keys], dtype=torch.long)]
-    signal = feedback.session_signal(row_signal, mask.sum(dim=1), session_of, pending.rewards.shape[0])
+    signal = feedback.session_signal(parts, session_of, pending.rewards.shape[0], **feedback.signal_settings(pending))
     feedback.feedback_state(pending, signal)
 
 
