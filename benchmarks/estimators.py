@@ -30,7 +30,7 @@ tensors (verl's dr_grpo after verl's grpo, for instance). Every mrgrpo result is
 per-group loop oracle of ``mrgrpo.estimators.reference`` (max error relative to the largest
 advantage, goal <= 1e-6), and against the peer's result where both compute the same thing.
 
-The field's estimators (mo_grpo, corpo, dvao, gd2po, saw, ddca, constrained_grpo, rvpo, gdpo_loo) are timed in
+The field's estimators (mo_grpo, corpo, dvao, gd2po, saw, ddca, constrained_grpo, rvpo, gdpo_loo, ctwa) are timed in
 the same round-robin and reported against mrgrpo's own gdpo of the same layout (goal: within
 2x), with their own oracle check (``--skip-field`` leaves them out).
 
@@ -56,7 +56,7 @@ RANGES = [(0.0, 1.0)] * 5 + [(0.0, 10.0), (-1.0, 1.0)]
 WEIGHTS = [0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20]
 ESTIMATORS = ["grpo", "dr_grpo", "gdpo", "sa_mrpo", "corr_grpo", "sa_corr_grpo"]
 #: The field's estimators, timed beside mrgrpo's gdpo in the same run (goal: within 2x of it).
-FIELD = ["mo_grpo", "corpo", "dvao", "gd2po", "saw", "ddca", "constrained_grpo", "rvpo", "gdpo_loo"]
+FIELD = ["mo_grpo", "corpo", "dvao", "gd2po", "saw", "ddca", "constrained_grpo", "rvpo", "gdpo_loo", "ctwa"]
 
 
 def field_setup(name: str, weights: list[float]) -> tuple[dict, list[float] | None]:

@@ -63,9 +63,10 @@ OPTIONS = [
 ]
 
 
+@pytest.mark.parametrize("outliers", [True, False])  # (False, without NaN: every row kept, the dense path)
 @pytest.mark.parametrize("nan", [False, True])
 @pytest.mark.parametrize("options", OPTIONS)
-def test_update_rule_over_several_steps_equals_the_loop_oracle(rel_error, options, nan):
+def test_update_rule_over_several_steps_equals_the_loop_oracle(rel_error, options, nan, outliers):
     rng = np.random.default_rng(7)
     sizes = rng.integers(1, 7, size=12)
     ids = np.repeat(np.arange(12) * 5 + 1, sizes)
@@ -78,7 +79,7 @@ def test_update_rule_over_several_steps_equals_the_loop_oracle(rel_error, option
             rewards[rng.random((n, 3)) < 0.1] = np.nan
             rewards[0] = np.nan
         steps.append(rewards)
-    signals = [_signal(rng, n) for _ in steps]
+    signals = [_signal(rng, n, outliers) for _ in steps]
     weights = [0.5, 0.3, 0.2]
     ours = _run(steps, ids, weights, signals, options)
     expected = _oracle(steps, ids, weights, signals, options)
@@ -319,3 +320,31 @@ def test_the_aggregations_differ_where_the_source_says():
     values = {w: float(clipped_ratio_advantage(advantages, old, new, mask, 0.2, 0.2, w_agg=w)) for w in SIGNAL_AGGREGATIONS}
     assert values["sum"] == pytest.approx(2.0) and values["mean"] == pytest.approx(2.0 / 3)
     assert values["mean_unclipped"] == pytest.approx(2.0 / (2 + 1e-8), rel=1e-12)
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_the_dense_path_equals_the_general_one(contiguous):
+    """Every rollout kept and scored: the statistics from the grouped moments (one centred signal
+    column) equal the general masked computation, on block and on shuffled layouts, with groups of
+    one row, constant components and an offset that a one-pass variance would cancel."""
+    from mrgrpo.estimators import ctwa as module
+
+    rng = np.random.default_rng(11)
+    ids = np.repeat(np.arange(40), 6) if contiguous else rng.permutation(np.concatenate([np.repeat(np.arange(39), 6), [99]]))
+    n = len(ids)
+    rewards = torch.from_numpy(np.stack([rng.integers(0, 2, n), 1e4 + rng.random(n) * 1e-3, np.ones(n), rng.normal(size=n)], 1))
+    signal = torch.from_numpy(rng.normal(size=n) * 0.2)
+    groups = make_groups(torch.from_numpy(ids), n)
+    dense = module._dense_statistics(rewards, groups, signal)
+    assert dense is not None
+    general = module.signal_statistics(rewards.clone(), groups, signal.clone().index_put_((torch.tensor([0]),), torch.tensor(float("nan"), dtype=torch.float64)))
+    # (a NaN signal drops row 0 and takes the general path; compare with row 0 dropped densely too)
+    keep = torch.ones(n, dtype=torch.bool)
+    keep[0] = False
+    dense_without_0 = module._dense_statistics(rewards[keep], make_groups(torch.from_numpy(ids)[keep], n - 1), signal[keep])
+    for key in ("cov", "corr"):
+        np.testing.assert_allclose(dense_without_0[key], general[key], rtol=1e-9, atol=1e-12)
+    oracle = reference.ctwa_statistics(rewards.numpy(), ids.tolist(), signal.numpy())
+    for key in ("cov", "corr", "objective_mean"):
+        np.testing.assert_allclose(dense[key], oracle[key], rtol=1e-9, atol=1e-12)
+    assert dense["kept"] == n

@@ -38,7 +38,7 @@ from torch import Tensor
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.estimators._checks import check_bool
 from mrgrpo.estimators._multi import choice_option, given, number_option
-from mrgrpo.estimators.groups import Groups, batch_standardize
+from mrgrpo.estimators.groups import Groups, batch_standardize, column_sums64, group_moments
 from mrgrpo.estimators.grpo import grpo
 from mrgrpo.estimators.registry import SIGNAL_AGGREGATIONS, register_estimator
 
@@ -121,6 +121,13 @@ def base_advantages(rewards: Tensor, groups: Groups, weights: Tensor, base: str)
     if base == "grpo":
         return grpo(rewards, groups, weights.to(torch.float64), eps=GRPO_EPS)
     w = weights.to(rewards.dtype)
+    if not _has_nan(rewards):  # every rollout scored: no masks
+        total = (rewards @ w).to(torch.float64)
+        if total.numel() < 2:
+            return torch.zeros_like(total).to(rewards.dtype)
+        centered = total - total.mean()
+        var = centered.square().sum() / (total.numel() - 1)
+        return (centered / torch.sqrt(var + WHITEN_EPS)).to(rewards.dtype)
     present = ~torch.isnan(rewards)
     total = torch.where(present, rewards, torch.zeros_like(rewards)) @ w
     scored = present.any(dim=1)
@@ -152,17 +159,13 @@ def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor, global_me
 
     Returns plain floats and lists: ``cov``, ``corr``, ``objective_mean`` ``[K]``, ``kept``,
     ``groups`` (the number of groups of at least two kept rollouts)."""
+    s = signal.to(device=rewards.device, dtype=torch.float64)
+    kept = _kept(s)
+    if not global_metrics and bool(kept.all()) and not _has_nan(rewards):
+        fast = _dense_statistics(rewards, groups, s)
+        if fast is not None:
+            return fast
     r = rewards.to(torch.float64)
-    s = signal.to(device=r.device, dtype=torch.float64)
-    finite = torch.isfinite(s)
-    magnitude = s.abs()[finite]
-    if magnitude.numel():
-        ordered = magnitude.sort().values
-        m = ordered.numel()
-        median = float(ordered[m // 2]) if m % 2 else float((ordered[m // 2 - 1] + ordered[m // 2]) / 2)
-    else:
-        median = 0.0
-    kept = finite & (s.abs() <= OUTLIER_FACTOR * median) if median > 0 else finite
     present = ~torch.isnan(r) & kept.unsqueeze(1)  # [N, K]
     weight = present.to(torch.float64)
     u = torch.where(present, r, torch.zeros_like(r))
@@ -202,6 +205,76 @@ def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor, global_me
         "corr": corr_mean.tolist(),
         "objective_mean": [float(x) if c else math.nan for x, c in zip(objective.tolist(), scored_count.tolist())],
         "kept": int(kept.sum()),
+        "groups": int(enough.any(dim=1).sum()),
+    }
+
+
+def _has_nan(x: Tensor) -> bool:
+    """Whether ``x`` holds a NaN (one reduction decides the common case: a finite sum)."""
+    return bool(torch.isnan(x.sum())) and bool(torch.isnan(x).any())
+
+
+def _kept(s: Tensor) -> Tensor:
+    """``[N]`` bool: finite and ``|s| <= 100·median|s|`` (median over the finite ``|s|``; no cut
+    where it is 0). The median is only selected where it can matter: when at least
+    ``m//2 + 1`` of the ``m`` finite ``|s|`` are ``>= max|s| / 100`` (with a margin for rounding),
+    both middle values are, so the median is, and nothing is cut."""
+    magnitude = s.abs()
+    finite = torch.isfinite(s)
+    values = magnitude if bool(finite.all()) else magnitude[finite]
+    m = values.numel()
+    if m == 0:
+        return finite
+    largest = float(values.max())
+    if largest == 0.0:
+        return finite  # (median 0: no cut)
+    bound = largest / OUTLIER_FACTOR * (1.0 + 1e-12)
+    if int((values >= bound).sum()) >= m // 2 + 1:
+        return finite
+    median = _median(values)
+    return finite & (magnitude <= OUTLIER_FACTOR * median) if median > 0 else finite
+
+
+def _median(values: Tensor) -> float:
+    """numpy's median of a 1-D tensor (the mean of the two middle values for an even count; 0
+    for none), by selection instead of a sort."""
+    m = values.numel()
+    if m == 0:
+        return 0.0
+    upper = float(values.kthvalue(m // 2 + 1).values)
+    return upper if m % 2 else (float(values.kthvalue(m // 2).values) + upper) / 2
+
+
+def _dense_statistics(r: Tensor, groups: Groups, s: Tensor) -> dict[str, Any] | None:
+    """:func:`signal_statistics` where every rollout is kept and scored every component (the
+    common case), per-group averaged: the rows entering each component are the same, so the
+    signal is centred once (one column) and the components' within-group moments come from the
+    estimators' grouped two-pass moments (:func:`~mrgrpo.estimators.groups.group_moments`) in
+    the rewards' dtype (float32 rewards: float32, as gdpo's z-scores; the source's statistics
+    are numpy float32 too), the per-group statistics then in float64. ``None`` where those
+    moments had to be rescaled (extreme magnitudes): the general path."""
+    moments_r = group_moments(r, groups)
+    moments_s = group_moments(s.to(r.dtype).unsqueeze(1), groups)
+    if moments_r.scale is not None or moments_s.scale is not None:
+        return None
+    count = moments_r.count.to(torch.float64)  # the group sizes (layout statistic)
+    cross = groups.total(moments_r.centered * moments_s.centered).to(torch.float64)  # Σ (r − r̄)(s − s̄)
+    safe = count.clamp(min=1.0)
+    cov = groups.flat_groups(cross / safe)  # [G, K]
+    denominator = groups.flat_groups((moments_r.sum_sq.to(torch.float64) / safe).sqrt()
+                                     * (moments_s.sum_sq.to(torch.float64) / safe).sqrt())
+    enough = groups.flat_groups(count.expand_as(cross)) >= 2
+    valid = enough & (denominator > CORR_EPS)
+    corr = torch.where(valid, cov / torch.where(valid, denominator, torch.ones_like(denominator)), torch.zeros_like(cov))
+    groups_k = enough.sum(dim=0).to(torch.float64)
+    cov_mean = torch.where(enough, cov, torch.zeros_like(cov)).sum(dim=0) / groups_k.clamp(min=1.0)
+    corr_mean = corr.sum(dim=0) / valid.sum(dim=0).to(torch.float64).clamp(min=1.0)
+    objective = column_sums64(r) / r.shape[0]
+    return {
+        "cov": cov_mean.tolist(),
+        "corr": corr_mean.tolist(),
+        "objective_mean": objective.tolist(),
+        "kept": r.shape[0],
         "groups": int(enough.any(dim=1).sum()),
     }
 
