@@ -2,6 +2,7 @@
 
     python docs/results/claim_tables.py runs/learnable-x1 runs/learnable-x100 [--seeds N]
     python docs/results/claim_tables.py --field runs/learnable-x1 runs/learnable-x1-ext runs/learnable-x100 runs/learnable-x100-ext
+    python docs/results/claim_tables.py --newest runs/new-x1 runs/new-x100 runs/new-x1-lr1 runs/new-x100-lr1
 
 Reads each comparison's ``runs/*/seed*/result.json`` (``mrgrpo compare``), ``start.json``
 (:func:`mrgrpo.experiments.compare.evaluate_start`) and the runs' ``diagnostics.jsonl``
@@ -16,6 +17,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from mrgrpo.experiments.compare import run_dir_of
 from mrgrpo.experiments.stats import fmt_ci, holm_family, mean_ci, paired
@@ -143,6 +145,94 @@ def field(outs: list[Path], max_seeds: int) -> None:
                         f"{k.removeprefix('mrgrpo/state/')} {fmt_ci(*mean_ci([r[k] for r in lasts])[:2])}" for k in keys))
 
 
+# The newest estimators (RVPO, NeMo-RL's GDPO, CTWA): docs/results.md "The newest estimators".
+CTWA_OBJ_TARGETS = (1.0, 0.95)  # ctwa's defaults: component 0, then the others (raw units)
+CTWA_RAISED = 0.01  # an objective "raised" by CTWA: mean final weight over seeds > initial by 1%
+
+
+def worst(record: dict, view: str) -> float:
+    """The lowest of the run's objectives (each divided by its range)."""
+    values = record["objectives"][view]
+    return min(values[name] for name in record["names"])
+
+
+def shortfall(record: dict, view: str) -> float:
+    """``Σ_k max(obj_target_k − objective_k, 0)``, ctwa's default objective targets divided by the ranges."""
+    values = record["objectives"][view]
+    total = 0.0
+    for k, (name, (lo, hi)) in enumerate(zip(record["names"], record["ranges"])):
+        target = (CTWA_OBJ_TARGETS[0] if k == 0 else CTWA_OBJ_TARGETS[1]) / (hi - lo)
+        total += max(target - values[name], 0.0)
+    return total
+
+
+def logged_weights(out: Path, estimator: str, seeds: list[int]) -> tuple[list[float], list[float]]:
+    """A stateful weighted estimator's weights at its first and last logged step, mean over seeds."""
+    first, last = [], []
+    for seed in seeds:
+        rows = [json.loads(x) for x in (run_dir_of(out, estimator, seed) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        rows = [r for r in rows if any(k.startswith("mrgrpo/state/weight/") for k in r)]
+        keys = sorted((k for k in rows[-1] if k.startswith("mrgrpo/state/weight/")), key=lambda k: int(k.rsplit("/", 1)[1]))
+        first.append([rows[0][k] for k in keys])
+        last.append([rows[-1][k] for k in keys])
+    return [sum(c) / len(c) for c in zip(*first)], [sum(c) / len(c) for c in zip(*last)]
+
+
+def newest(outs: list[Path], max_seeds: int) -> None:
+    """The newest estimators' claim family: OUTS are the ×1 and ×100 comparisons and their
+    ``ctwa(lr=1)`` ones. Paired differences per claim, both views; Holm over all claims × scales."""
+    scales = {"×1": (outs[0], outs[2]), "×100": (outs[1], outs[3])}
+    ctwas = ["ctwa", "ctwa(lr=1)"]
+    claims: list[tuple[str, str, str, Any, bool]] = [
+        ("rvpo", "gdpo", "worst", worst, False),
+        ("rvpo", "gdpo", "correct", None, False),
+        ("gdpo_loo", "grpo", "correct", None, False),
+        ("gdpo_loo(leave_one_out=false)", "grpo", "correct", None, False),
+        ("gdpo_loo", "gdpo", "correct", None, False),
+        ("ctwa", "grpo", "correct", None, False),
+    ]
+    raised: dict[tuple[str, str], list[str]] = {}
+    for scale, (main, extra) in scales.items():
+        for est in ctwas:
+            out = main if (run_dir_of(main, est, 0) / "result.json").is_file() else extra
+            results, seeds = load(out, [est], max_seeds)
+            names = results[(est, seeds[0])]["names"]
+            first, last = logged_weights(out, est, seeds)
+            raised[(scale, est)] = [n for n, a, b in zip(names, first, last) if b > a * (1 + CTWA_RAISED)]
+            print(f"{scale} {est}: weights (mean over {len(seeds)} seeds) first logged step "
+                  + ", ".join(f"{n} {a:.4f}" for n, a in zip(names, first)) + "; last " + ", ".join(f"{n} {b:.4f}" for n, b in zip(names, last))
+                  + f"; raised by > {CTWA_RAISED:.0%}: {raised[(scale, est)] or 'none'}")
+    for est in ctwas:
+        claims.append((est, "ctwa(lr=0)", "shortfall", shortfall, True))
+        for objective in sorted({o for scale in scales for o in raised[(scale, est)]}):
+            claims.append((est, "ctwa(lr=0)", objective, None, False))
+    for view in ("eval", "curve"):
+        table: dict[str, dict] = {}
+        for scale, (main, extra) in scales.items():
+            for est, base, label, metric, _ in claims:
+                out_est = main if (run_dir_of(main, est, 0) / "result.json").is_file() else extra
+                res_est, seeds_est = load(out_est, [est], max_seeds)
+                res_base, seeds_base = load(main, [base], max_seeds)
+                seeds = [s for s in seeds_est if s in seeds_base]
+                value = (lambda r: metric(r, view)) if metric is not None else (lambda r: r["objectives"][view][label])
+                table.setdefault(f"{est} − {base}: {label}", {})[scale] = paired(
+                    [value(res_est[(est, s)]) for s in seeds], [value(res_base[(base, s)]) for s in seeds])
+        m = holm_family(table)
+        print(f"\n| claim ({view}; Holm over {m}) | " + " | ".join(scales) + " | lower is the claim |\n|---|---|---|---|")
+        for (row, cells), (_, _, _, _, lower) in zip(table.items(), claims):
+            print(f"| {row} | " + " | ".join(cell(cells[s]) for s in scales) + f" | {'yes' if lower else ''} |")
+    for scale, (main, extra) in scales.items():  # every objective, both comparisons
+        for out in (main, extra):
+            summary = json.loads((out / "summary.json").read_text())
+            results, seeds = load(out, summary["estimators"], max_seeds)
+            print(f"\n{scale} {out} ({len(seeds)} seeds), eval, mean ± 95% t interval:\n")
+            print("| estimator | " + " | ".join(OBJECTIVES + ["worst", "shortfall"]) + " |\n" + "|---" * (3 + len(OBJECTIVES)) + "|")
+            for est in summary["estimators"]:
+                cells = [fmt_ci(*mean_ci([results[(est, s)]["objectives"]["eval"][o] for s in seeds])[:2]) for o in OBJECTIVES]
+                cells += [fmt_ci(*mean_ci([f(results[(est, s)], "eval") for s in seeds])[:2]) for f in (worst, shortfall)]
+                print(f"| {est} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("outs", nargs="+", type=Path)
@@ -150,7 +240,11 @@ def main() -> None:
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--one-seed", type=int, default=None, help="print every run of this seed in OUTS (one scale) instead")
     parser.add_argument("--field", action="store_true", help="the field estimators' claims: OUTS = x1, x1-ext, x100, x100-ext")
+    parser.add_argument("--newest", action="store_true", help="rvpo, gdpo_loo and ctwa's claims: OUTS = x1, x100, x1-lr1, x100-lr1")
     args = parser.parse_args()
+    if args.newest:
+        newest(args.outs, args.seeds)
+        return
     if args.field:
         field(args.outs, args.seeds)
         return

@@ -257,26 +257,34 @@ def _dense_statistics(r: Tensor, groups: Groups, s: Tensor) -> dict[str, Any] | 
     moments_s = group_moments(s.to(r.dtype).unsqueeze(1), groups)
     if moments_r.scale is not None or moments_s.scale is not None:
         return None
-    count = moments_r.count.to(torch.float64)  # the group sizes (layout statistic)
-    cross = groups.total(moments_r.centered * moments_s.centered).to(torch.float64)  # Σ (r − r̄)(s − s̄)
-    safe = count.clamp(min=1.0)
-    cov = groups.flat_groups(cross / safe)  # [G, K]
-    denominator = groups.flat_groups((moments_r.sum_sq.to(torch.float64) / safe).sqrt()
-                                     * (moments_s.sum_sq.to(torch.float64) / safe).sqrt())
-    enough = groups.flat_groups(count.expand_as(cross)) >= 2
-    valid = enough & (denominator > CORR_EPS)
-    corr = torch.where(valid, cov / torch.where(valid, denominator, torch.ones_like(denominator)), torch.zeros_like(cov))
-    groups_k = enough.sum(dim=0).to(torch.float64)
-    cov_mean = torch.where(enough, cov, torch.zeros_like(cov)).sum(dim=0) / groups_k.clamp(min=1.0)
-    corr_mean = corr.sum(dim=0) / valid.sum(dim=0).to(torch.float64).clamp(min=1.0)
+    # per-group sums as [K, G] (the columns' statistics along the last axis; one transpose of the
+    # [G, K] block layout's few numbers, none for the index layout's)
+    cross = _per_column(groups, groups.total(moments_r.centered * moments_s.centered))  # Σ (r − r̄)(s − s̄)
+    squares_r = _per_column(groups, moments_r.sum_sq)
+    squares_s = _per_column(groups, moments_s.sum_sq)  # [1, G]
+    sizes = groups.sizes.to(torch.float64)  # [G]: every row kept and scored
+    enough = sizes >= 2
+    share = torch.where(enough, 1.0 / sizes.clamp(min=1.0), torch.zeros_like(sizes))  # 1/n over the groups that count
+    cov_mean = (cross @ share) / max(int(enough.sum()), 1)
+    # corr = cov / (std_r·std_s) = Σ cross / (sqrt(Σ squares_r)·sqrt(Σ squares_s)); counted where std_r·std_s > eps
+    spread = squares_r.sqrt() * squares_s.sqrt()
+    valid = enough & (spread * share > CORR_EPS)
+    corr = torch.where(valid, cross / torch.where(valid, spread, torch.ones_like(spread)), torch.zeros_like(cross))
+    corr_mean = corr.sum(dim=1) / valid.sum(dim=1).to(torch.float64).clamp(min=1.0)
     objective = column_sums64(r) / r.shape[0]
     return {
         "cov": cov_mean.tolist(),
         "corr": corr_mean.tolist(),
         "objective_mean": objective.tolist(),
         "kept": r.shape[0],
-        "groups": int(enough.any(dim=1).sum()),
+        "groups": int(enough.sum()),
     }
+
+
+def _per_column(groups: Groups, per_group: Tensor) -> Tensor:
+    """A per-group layout statistic as ``[C, num_groups]`` float64."""
+    flat = per_group.squeeze(1).T if groups.block_size is not None else per_group
+    return flat.to(torch.float64)
 
 
 def update_state(
