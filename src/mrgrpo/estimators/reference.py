@@ -8,12 +8,13 @@ all-NaN rows get 0 and are left out of batch statistics) but share no code with 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
-import math
-
 import numpy as np
+
+from mrgrpo.errors import ConfigError
 
 
 def rows_by_group(group_ids: Sequence[Hashable]) -> dict[Hashable, list[int]]:
@@ -427,7 +428,7 @@ def ctwa_signal(advantages, old_log_probs, new_log_probs, mask, clip_low, clip_h
         elif w_agg == "sum":
             out.append(total)
         else:
-            raise ValueError(f"Invalid w_agg={w_agg}.")
+            raise ConfigError(f"w_agg must be mean, mean_unclipped or sum, got {w_agg!r}")
     return np.array(out)
 
 
