@@ -24,8 +24,8 @@ for every HumanEval problem, the reference (the canonical solution) is timed as 
 times it (``reference_repeats`` runs alone, CPU time, minimum), and so is its null program (the
 harness's own cost on that problem: ``mrgrpo.rewards.sandbox.null``); where the reference takes
 at least ``min_reference_s`` beyond the null program, an exact copy is scored ``--trials`` times
-(each trial: a fresh timing of ``timing_repeats`` runs or more; its efficiency against the
-reference's) and so is the canonical solution against a reference doing the work twice (the
+(each trial: a fresh window of ``timing_repeats`` rounds or more, scored as the code suite
+scores it) and so is the canonical solution against a reference doing the work twice (the
 function called twice: an algorithm exactly twice as fast as its reference).
 
     python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers]
@@ -144,27 +144,18 @@ def _doubled(problem: dict) -> str:
             f"    return _once(*args, **kwargs)\n")
 
 
-def _scored(reference, null, program, threshold: float) -> float | None:
-    """Efficiency as the code suite scores it: ``None`` where the reference's time beyond its null
-    program is under ``threshold`` (``min_reference_s``) by the freshest runs."""
-    from mrgrpo.rewards.code import efficiency
-
-    base = null.best if null.best is not None else 0.0
-    if reference.best is None or reference.best - base < threshold or program.disturbed:
-        return None
-    return efficiency(program.best, reference.best, base)
-
-
 def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, threshold: float = 1e-3) -> None:
-    from mrgrpo.rewards.code import CodeExecutor
+    from mrgrpo.rewards.code import CodeExecutor, CodeRewardState
 
     executor = CodeExecutor(Limits(wall_s=20, cpu_s=20))
+    scorer = CodeRewardState(executor, True, min_reference_s=threshold)  # scores as the code suite does
     problems = [p for p, _ in programs()[: len(programs()) // 2]][:limit]
     fast_trials = fast_trials or max(3, trials // 4)
     print(f"efficiency noise: {len(problems)} problems, {trials} trials of a copy and {fast_trials} of a 2x faster "
-          f"program per scored problem; reference and null program min of {executor.reference_repeats} runs, "
-          f"candidate min of {executor.timing_repeats} or more (up to {executor.timing_repeats + executor.extra_repeats} where "
-          f"runs are slowed down); load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"program per scored problem; reference and null program first timed {executor.reference_repeats} times, "
+          f"then each program in a window of {executor.timing_repeats} rounds (up to "
+          f"{executor.timing_repeats + executor.extra_repeats} while it shows no comparable conditions); load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
     rows, unscored = [], []
     for problem in problems:
         reference = problem["prompt"] + problem["canonical_solution"]
@@ -174,41 +165,46 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
         base = null.best if null is not None and null.best is not None else 0.0
         if ref.best is None or ref.best - base < threshold:
             if ref.best is not None and ref.best >= threshold:
-                unscored.append((problem["task_id"], ref.best, base))
+                unscored.append((problem["task_id"], ref.best, base, None))
             continue
         copies = []
         for trial in range(trials):  # a copy that differs by a comment: a new program for the cache, same algorithm
             copy = Job(reference + f"\n# trial {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            copies.append(_scored(*executor.time_against([(job, copy)])[0], threshold))
+            copies.append(scorer.score(*executor.time_against([(job, copy)])[0], executor.harness([job])[0]))
         doubled = Job(_doubled(problem), problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
         executor.timings([doubled], reference=True)
         executor.nulls([doubled])  # the same null program as the canonical's (same answers): shared
         fast = []
         for trial in range(fast_trials):
             copy = Job(reference + f"\n# fast {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            fast.append(_scored(*executor.time_against([(doubled, copy)])[0], threshold))
+            fast.append(scorer.score(*executor.time_against([(doubled, copy)])[0], executor.harness([doubled])[0]))
         ref = executor.timings([job], reference=True)[0]
         null = executor.nulls([job])[0]
         base = null.best if null.best is not None else 0.0
+        avoidable = executor.harness([job])[0]
+        share = scorer.avoidable_share(ref, null, avoidable)
         dropped = sum(e is None for e in copies + fast)
         copies, fast = [e for e in copies if e is not None], [e for e in fast if e is not None]
         if not copies or not fast:  # the fresh runs put it under the threshold: the suite leaves it unscored
-            unscored.append((problem["task_id"], ref.best, base))
+            unscored.append((problem["task_id"], ref.best, base, share))
             continue
         within = sum(e <= 0.10 for e in copies) / len(copies)
         half = sorted(fast)[len(fast) // 2]
         rows.append((problem["task_id"], ref, within, max(copies), half, min(fast), max(fast)))
         print(f"{problem['task_id']:>14}  ref {ref.best * 1e3:7.2f} ms CPU (median {ref.median * 1e3:7.2f}, worst "
               f"{ref.worst * 1e3:7.2f}; {ref.clock}), null {base * 1e3:5.2f} ms (median "
-              f"{(null.median or 0) * 1e3:5.2f})  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
+              f"{(null.median or 0) * 1e3:5.2f}; avoidable by a self-served pipe {avoidable:.0%} of it, "
+              f"about {share:.3f} of the work by the best times; deducted as measured in each window)  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
               f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]"
-              f"{f'  ({dropped} trials unscored: under the floor, or disturbed)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
+              f"{f'  ({dropped} trials unscored: under the floor, disturbed, or a self-served share over the bound)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
               flush=True)
     if unscored:
         long = [u for u in unscored if u[1] >= 1e-3]
         print(f"{len(unscored)} unscored though the reference takes >= {threshold * 1e3:g} ms (under that beyond its "
-              f"null program){'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
-                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" for t, r, b in long))
+              f"null program, or a program serving its own pipe could gain more than {scorer.max_harness_share} of it)"
+              f"{'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
+                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" + ("" if a is None else f" (avoidable share {a:.2f})")
+                  for t, r, b, a in long))
     if not rows:
         print(f"no problem with a reference of {threshold * 1e3:g} ms or more beyond its null program")
         return

@@ -4,6 +4,8 @@ Read as source by :mod:`mrgrpo.rewards.sandbox.child` and executed as the module
 ``_mrgrpo_sandbox.io`` of each sandbox interpreter; it imports only the standard library.
 """
 
+from posix import write as _write
+
 _SYMBOLS = {}
 
 
@@ -63,11 +65,12 @@ def _read_exact(fd, n):
 
 
 def _send(fd, kind, payload=b""):
-    import posix
-
-    data = memoryview(len(payload).to_bytes(4, "big") + kind + payload)
-    while data:
-        data = data[posix.write(fd, data):]
+    data = len(payload).to_bytes(4, "big") + kind + payload
+    sent = _write(fd, data)
+    if sent < len(data):  # a pipe takes large messages in parts
+        rest = memoryview(data)[sent:]
+        while rest:
+            rest = rest[_write(fd, rest):]
 
 
 def _recv(fd, cap):
