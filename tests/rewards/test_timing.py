@@ -56,17 +56,47 @@ def test_a_steady_window_compares_its_medians():
     assert window_score(*window([0.032, 0.020, 0.032, 0.020], [0.016, 0.010, 0.016], floors=(0.015, 0.0))) is None
 
 
-def test_the_harness_ratio_of_a_window_holds_round_by_round():
-    # rounds at 1x and at 2x speed: each round's null run (2 ms, 4 ms) against the mean of the
-    # reference runs around it (12 ms, 24 ms): 2 / 10 and 4 / 20 in every round
-    _, reference, null = window([0.012, 0.012, 0.024, 0.024], [0.006, 0.012, 0.012], nulls=[0.002, 0.004, 0.004])
-    assert harness_ratio(reference, null) == pytest.approx(0.2)
-    # the best times mix the spells: 2 ms against 12 ms would also give 0.2, but a null program
-    # whose runs all met the slow spell reads 4 / 8 = 0.5 by its best
-    slow_null = Timing.from_times((0.004, 0.004), "cpu")
-    assert harness_ratio(Timing.from_times((0.012, 0.024), "cpu"), slow_null) == pytest.approx(0.5)
+def test_the_harness_ratio_is_read_from_floors_whatever_hits_single_runs():
+    # HumanEval/32 as measured under load: reference 6 ms, null program 0.6 ms, and any run may be
+    # charged about 4 ms more on its own. In this window every null run was hit and one reference
+    # run: per round 4.6 / (10 - 4.6) = 0.85 (the median the rule read before), by the floors the
+    # program's window carries (the reference's and null program's best of all time) 0.6 / 5.4
+    _, reference, null = window([0.006, 0.010, 0.010, 0.010], [0.010] * 3, nulls=[0.0046] * 3)
+    assert harness_ratio(reference, null, (0.006, 0.0006)) == pytest.approx(0.6 / 5.4)
+    assert harness_ratio(reference, null) == pytest.approx(4.6 / 1.4)  # no floors: the window's best times
     assert harness_ratio(reference, Timing(None, None, None, 0)) == 0.0  # no null program
-    assert harness_ratio(*window([0.002] * 2, [0.001], nulls=[0.003])[1:]) == float("inf")
+    assert harness_ratio(reference, null, (0.006, 0.0)) == 0.0  # floors without a null program's time
+    assert harness_ratio(reference, null, (0.002, 0.003)) == float("inf")  # the reference no longer than it
+
+
+def test_the_avoidable_share_of_the_harness_is_read_from_floors():
+    from mrgrpo.rewards.code import _avoidable
+
+    # null 0.6 ms, bare 0.3 ms; runs hit on their own (+4 ms): a per-round median read 0.08-0.21
+    null = Timing.from_times((0.0006, 0.0046, 0.0046, 0.0006, 0.0050), "cpu")
+    bare = Timing.from_times((0.0040, 0.0003, 0.0041, 0.0040, 0.0003), "cpu")
+    assert _avoidable(null, bare) == pytest.approx(0.5)
+    # a bare program whose every run was hit reads no faster than the null program: not comparable,
+    # so all of the null program's time counts as avoidable (the deduction errs high, never low)
+    assert _avoidable(null, Timing.from_times((0.0040,) * 5, "cpu")) == 1.0
+    assert _avoidable(null, Timing(None, None, None, 5)) == 1.0  # no bare time: all of it
+    assert _avoidable(null, Timing.from_times((0.0003,) * 5, "wall")) == 1.0  # another clock
+
+
+def test_a_window_whose_null_runs_were_all_hit_is_still_scored(monkeypatch):
+    """HumanEval/32's case, run by run: the reference and null program first timed unhit (6 and
+    0.6 ms), then a window in which every run is charged 4 ms more (a steady window). A program
+    with half the reference's own work (0.6 + 2.7 ms) scores 0.5 less the deduction read from the
+    floors (all of the null program's time: no bare program here), 0.6 / 5.4. The window's own
+    rounds read 4.6 / (10 - 4.6) = 0.85 > max_harness_share: the problem was left unscored."""
+    times = {"ref": [0.006] * 7 + [0.010] * 4, "null": [0.0006] * 7 + [0.0046] * 3, "gen0": [0.0073] * 3}
+    executor, reference, [gen], clock = scripted_executor(monkeypatch, times)
+    state = CodeRewardState(executor, True)
+    r, n, g = executor.time_against([(reference, gen)])[0]
+    [avoidable] = executor.harness([reference])
+    assert not g.disturbed and g.floors == (0.006, 0.0006) and avoidable == 1.0
+    assert window_efficiency(g, r, n) == pytest.approx(0.5)
+    assert state.score(r, n, g, avoidable) == pytest.approx(0.5 - 0.6 / 5.4)
 
 
 def test_what_a_self_served_pipe_could_save_is_deducted_or_abstains():

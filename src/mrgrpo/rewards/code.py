@@ -215,15 +215,21 @@ def _footprint(key: tuple, *values: object) -> int:
 
 
 def _avoidable(null: Timing, bare: Timing) -> float:
-    """``1 - t_bare / t_null`` over interleaved runs: the median over rounds (each null run and the
-    bare run after it met the same conditions, whatever the machine's speed), at least 0; 1
-    (all of it) where the bare program has no time to compare."""
-    if (null.best is None or bare.best is None or bare.clock != null.clock or len(bare.times) != len(null.times)
-            or not all(null.times)):
+    """``1 - t_bare / t_null`` from the floors (fastest runs) of interleaved runs, at least 0; 1
+    (all of it) where the bare program has no time to compare, or where its floor is not below the
+    null program's (it does strictly less, so the runs met conditions that cannot be compared).
+
+    Floors, not a median of per-round ratios: besides slow spells (which scale a round's two
+    runs alike), a run can be charged a fixed few milliseconds more (measured 2026-12-04 on a
+    2-vCPU Firecracker guest, HZ=250, two CPU-bound jobs on it: HumanEval/32's bare program
+    0.3 ms or 3.8-4.1 ms, its null program 0.6 ms or 4.4-5.5 ms, its reference 6-7 ms or
+    10.3-13.5 ms, per run, in spells of seconds). Each run is hit or not on its own, so a round's
+    ratio mixes the two states (0.08 with both hit, -5 with only the bare one), while each
+    series' fastest run is unhit in any spell that leaves one run of it unhit."""
+    if (null.best is None or bare.best is None or bare.clock != null.clock or not null.best
+            or bare.best >= null.best):
         return 1.0
-    ratios = sorted(1.0 - b / n for n, b in zip(null.times, bare.times))
-    middle = len(ratios) // 2
-    return max(0.0, ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2)
+    return 1.0 - bare.best / null.best
 
 
 class CodeExecutor:
@@ -540,16 +546,17 @@ class CodeRewardState:
         self.min_reference_s = min_reference_s
         self.max_harness_share = max_harness_share
 
-    def avoidable_share(self, reference: Timing, null: Timing, avoidable: float = 1.0) -> float:
+    def avoidable_share(self, reference: Timing, null: Timing, avoidable: float = 1.0,
+                        floors: tuple[float, float] | None = None) -> float:
         """The most a program could gain by serving the judge's pipe itself, as a share of the
         reference's own work: ``avoidable * t_null / (t_ref - t_null)`` (``avoidable``: the share
         of the null program's time it could skip, :meth:`CodeExecutor.harness`; 1 by default, all
-        of it; the ratio from the rounds of a window where these are a window's timings:
+        of it; the ratio from ``floors``, a program's window's, else the timings' best times:
         :func:`mrgrpo.rewards.timing.harness_ratio`); 0 where ``max_harness_share`` is ``None``
         or ``min_reference_s`` is 0."""
         if self.max_harness_share is None or not self.min_reference_s:
             return 0.0
-        return avoidable * harness_ratio(reference, null) if avoidable else 0.0
+        return avoidable * harness_ratio(reference, null, floors) if avoidable else 0.0
 
     def resolves(self, reference: Timing, null: Timing) -> bool:
         """The reference's time beyond its null program's is at least ``min_reference_s`` (always,
@@ -561,13 +568,13 @@ class CodeRewardState:
     def score(self, reference: Timing, null: Timing, program: Timing, avoidable: float = 1.0) -> float | None:
         """A program's efficiency from its window (:meth:`CodeExecutor.time_against`: the window's
         reference and null program timings), less the most it could have gained by serving its
-        own pipe (:meth:`avoidable_share`, from the window's rounds): ``None`` where the window's
+        own pipe (:meth:`avoidable_share`, from the floors of the program's window): ``None`` where the window's
         reference does not resolve (:meth:`resolves`), where that share is over
         ``max_harness_share``, or where the window is disturbed; 0 where a run of the program
         failed."""
         if not self.resolves(reference, null):
             return None
-        share = self.avoidable_share(reference, null, avoidable)
+        share = self.avoidable_share(reference, null, avoidable, program.floors)
         if self.max_harness_share is not None and share > self.max_harness_share:
             return None
         value = window_efficiency(program, reference, null)

@@ -141,23 +141,26 @@ def window_score(program: Timing, reference: Timing, null: Timing) -> float | No
     return None
 
 
-def harness_ratio(reference: Timing, null: Timing) -> float:
-    """``t_null / (t_ref - t_null)``: the harness's time as a share of the reference's own work.
-    From a window (``reference.times``: r_0..r_k, ``null.times``: n_1..n_k) the median over its
-    rounds of ``n_i / ((r_(i-1) + r_i) / 2 - n_i)`` (each round's runs met the same conditions,
-    so the ratio holds whatever the machine's speed in that round); otherwise from the best
-    times. 0 without a null program; infinite where the reference takes no longer than it."""
+def harness_ratio(reference: Timing, null: Timing, floors: tuple[float, float] | None = None) -> float:
+    """``t_null / (t_ref - t_null)``: the harness's time as a share of the reference's own work,
+    from floors: ``floors`` (a program's: the reference's and the null program's best of all
+    their runs up to the end of its window), else the two timings' best times. 0 without a null
+    program; infinite where the reference takes no longer than it.
+
+    Floors, not the window's rounds: a run can be charged a fixed few milliseconds more, hit or
+    not on its own (``mrgrpo.rewards.code._avoidable``), and on HumanEval/32 (reference 6-7 ms,
+    null program 0.6 ms) a hit null run against an unhit reference read 0.7-infinite where the
+    floors read 0.11, so a window's median over its rounds went over ``max_harness_share`` in
+    3 of 8 copies' windows (load 2.6) and the problem was left unscored. The floors are what
+    :func:`window_score` compares at the floor; where they come from different spells of a slow
+    machine the ratio is off by at most that spell's factor."""
     if null.best is None or null.clock != reference.clock or reference.best is None:
         return 0.0
-    refs, nulls = reference.times, null.times
-    if nulls and len(refs) == len(nulls) + 1:
-        ratios = []
-        for n, before, after in zip(nulls, refs, refs[1:]):
-            work = (before + after) / 2 - n
-            ratios.append(n / work if work > 0 else float("inf"))
-        return _median(ratios)
-    work = reference.best - null.best
-    return null.best / work if work > 0 else float("inf")
+    ref_floor, null_floor = floors or (reference.best, null.best)
+    if not null_floor:
+        return 0.0
+    work = ref_floor - null_floor
+    return null_floor / work if work > 0 else float("inf")
 
 
 def window_efficiency(program: Timing, reference: Timing, null: Timing) -> float | None:
