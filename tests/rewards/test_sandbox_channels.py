@@ -4,8 +4,9 @@ page-cache advice and probes (``posix_fadvise``, ``readahead``, ``mincore``, ``c
 ``F_NOTIFY``), file locks on shared files (``flock``, record locks, leases), SIGIO owners and
 futexes keyed by a shared file page. Each is refused in every privilege mode; outside the
 sandbox the same program makes them (so the check can fail); and a writer run followed by a
-reader run through the page cache recovers nothing. What remains of the page-cache channel
-(timing reads of files no run had read) is stated in docs/sandbox.md."""
+reader run through the page cache recovers nothing, in every mode (candidates read the standard
+library from memory: a copy with a private root, the launcher's image without one). What remains
+of the page-cache channel is stated in docs/sandbox.md."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def target():
                 return os.open(entry + "/" + name, os.O_RDONLY), entry + "/" + name
             except OSError:
                 pass
+    for entry in sys.path:  # without namespaces: the launcher's image of the library, a shared memfd
+        try:
+            return os.open(entry, os.O_RDONLY), entry
+        except OSError:
+            pass
     raise OSError("no standard-library file")
 def probe():
     worked = []
@@ -232,12 +238,20 @@ def test_writer_then_reader_recovers_nothing(tmp_path):
 # for RENDEZVOUS_S at load, prints what it found and answers right only if it found the other.
 # A standard-library file as a candidate reaches it (a path of its root, or through the
 # /proc/self/fd/<n> entry of sys.path where its uid cannot walk to the standard library).
+# A file of the standard library as the candidate reaches it: under an entry of its import path,
+# else the entry itself where it is a file (without namespaces: the launcher's image, a memfd
+# every such candidate opens, so the file they share).
 OPEN_STDLIB = """
 import os, sys
 def open_stdlib(name):
     for entry in sys.path:
         try:
             return os.open(entry + "/" + name, os.O_RDONLY)
+        except OSError:
+            pass
+    for entry in sys.path:
+        try:
+            return os.open(entry, os.O_RDONLY)
         except OSError:
             pass
     raise OSError(name)
@@ -342,28 +356,47 @@ def test_concurrent_candidates_cannot_meet(mode):
 # test evicts the first page of 64 standard-library files nothing imports; the writer reads the
 # first page of each file whose bit is 1; the reader, a second later, times a one-byte read of
 # each first page (cached: a few microseconds; from the disk: tens).
-PAGE_WRITER = OPEN_STDLIB + """
+# Opens a file of the host's standard library by every path a program knows for it: its import
+# path's, the library its loaded modules came from (os.__file__) and the host's path, which the
+# test names; None where every one is refused (then the writer leaves nothing and the reader reads
+# a 0: no information).
+OPEN_HOST = """
+import os, sys
+def open_host(name):
+    for where in [e + "/" + name for e in sys.path] + [os.path.dirname(os.__file__) + "/" + name, {HOST!r} + "/" + name]:
+        try:
+            return os.open(where, os.O_RDONLY)
+        except OSError:
+            pass
+    return None
+"""
+PAGE_WRITER = OPEN_HOST + """
 BITS, FILES = {BITS}, {FILES!r}
 for bit, name in zip(BITS, FILES):
-    if bit:
-        fd = open_stdlib(name)
+    fd = open_host(name) if bit else None
+    if fd is not None:
         os.pread(fd, 1, 0)
         os.close(fd)
 def f(x):
     return -1
 """
-PAGE_READER = OPEN_STDLIB + """
+PAGE_READER = OPEN_HOST + """
 import time
 FILES = {FILES!r}
 time.sleep(1.0)  # the writer runs beside it, in the same batch: let it finish
-TIMES = []
+TIMES, REFUSED = [], 0
 for name in FILES:
-    fd = open_stdlib(name)
+    fd = open_host(name)
+    if fd is None:
+        REFUSED += 1
+        TIMES.append(10 ** 9)  # nothing read: a 0
+        continue
     start = time.perf_counter_ns()
     os.pread(fd, 1, 0)
     TIMES.append(time.perf_counter_ns() - start)
     os.close(fd)
-print("BITS", "".join("1" if t < 20_000 else "0" for t in TIMES), "NS", sorted(TIMES)[::8], flush=True)
+print("BITS", "".join("1" if t < 20_000 else "0" for t in TIMES), "NS", sorted(TIMES)[::8], "REFUSED", REFUSED,
+      flush=True)
 def f(x):
     return -1
 """
@@ -397,9 +430,9 @@ def evict(stdlib: str, files: list[str]) -> None:
             os.close(fd)
 
 
-def page_cache_pair(bits: list[int], files: list[str]) -> list[str]:
-    return [PAGE_WRITER.replace("{BITS}", repr(bits)).replace("{FILES!r}", repr(files)),
-            PAGE_READER.replace("{FILES!r}", repr(files))]
+def page_cache_pair(bits: list[int], files: list[str], host: str) -> list[str]:
+    return [program.replace("{BITS}", repr(bits)).replace("{FILES!r}", repr(files)).replace("{HOST!r}", repr(host))
+            for program in (PAGE_WRITER, PAGE_READER)]
 
 
 def test_unsandboxed_page_cache_timing_carries_the_bits():
@@ -411,23 +444,18 @@ def test_unsandboxed_page_cache_timing_carries_the_bits():
     bits = [random.getrandbits(1) for _ in files]
     evict(stdlib, files)
     outs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
-            for program in page_cache_pair(bits, files)]
+            for program in page_cache_pair(bits, files, stdlib)]
     assert all(out.returncode == 0 for out in outs), outs
     assert _recovered(bits, outs[1].stdout) >= 60, (bits, outs[1].stdout)
 
 
-# Not strict: another process reading those files between the eviction and the reader (a launcher
-# copying the standard library does) hides the channel, and the test would pass by chance.
-OPEN_WITHOUT_NAMESPACES = pytest.mark.xfail(
-    strict=False, reason="namespaces refused: candidates read the host's standard library in place (docs/sandbox.md)")
-
-
-@pytest.mark.parametrize("mode", [pytest.param(m, marks=OPEN_WITHOUT_NAMESPACES) if "no-namespaces" in m else m
-                                  for m in MODES])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_run_leaves_no_page_cache_bits_for_another(mode):
-    """With a private root, candidates read a copy of the standard library in memory: the reader
-    recovers what chance gives (32 of 64), not the writer's bits. Namespaces refused, the channel
-    stays open (expected to fail there: the docs say so)."""
+    """Candidates read the standard library from memory: with a private root a copy on a tmpfs,
+    with namespaces refused the launcher's image in a memfd (the host's files refused to them).
+    The writer reads the first page of the files of its 1 bits, the reader times a read of each:
+    it recovers what chance gives (32 of 64), not the writer's bits (64 of 64 with namespaces
+    refused before the image, and outside the sandbox)."""
     import random
 
     stdlib = mode_stdlib(mode)
@@ -435,7 +463,45 @@ def test_a_run_leaves_no_page_cache_bits_for_another(mode):
     bits = [random.getrandbits(1) for _ in files]
     evict(stdlib, files)
     writer, reader = run_in_mode(mode, [{"program": program, "tests": TESTS1, "entry_point": "f"}
-                                        for program in page_cache_pair(bits, files)])
+                                        for program in page_cache_pair(bits, files, stdlib)])
     assert "BITS " in reader["stdout"], (writer, reader)
     assert writer["verdict"] == reader["verdict"] == "failed", (writer, reader)
     assert _recovered(bits, reader["stdout"]) <= 48, (bits, reader["stdout"])  # chance: 32 +- 4
+
+
+# Tries every way a program has to change the standard library it imports (without namespaces:
+# the launcher's image, a memfd shared by every such candidate) and prints what worked.
+TAMPER = """
+import os, sys, mmap, fcntl
+CHANGED = []
+def attempt(name, call):
+    try:
+        call()
+        CHANGED.append(name)
+    except BaseException:
+        pass
+image = next((e for e in sys.path if os.path.isfile(e)), None)
+if image is not None:
+    fd = int(image.rsplit("/", 1)[1])
+    attempt("reopen for writing", lambda: os.close(os.open(image, os.O_RDWR)))
+    attempt("write", lambda: os.pwrite(fd, b"PK", 0))
+    attempt("truncate", lambda: os.ftruncate(fd, 0))
+    attempt("map for writing", lambda: mmap.mmap(fd, 4096, access=mmap.ACCESS_WRITE))
+    attempt("remove a seal", lambda: fcntl.fcntl(fd, 1033, 0))
+print("IMAGE", image, "CHANGED", CHANGED, flush=True)
+def f(x):
+    return -1
+"""
+# After TAMPER: a module the launcher does not preload, imported from the image, still works.
+LATER = "import email.mime.text\ndef f(x):\n    return 41 + x if email.mime.text.MIMEText('x').get_payload() == 'x' else -1\n"
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if "no-namespaces" in m])
+def test_no_candidate_changes_the_launchers_image(mode):
+    """Without namespaces the candidates import from the launcher's image: a program trying to
+    write, truncate, map it for writing or unseal it changes nothing, and a later run imports from
+    it as before."""
+    tamper, later = run_in_mode(mode, [{"program": TAMPER, "tests": TESTS1, "entry_point": "f"},
+                                       {"program": LATER, "tests": TESTS1, "entry_point": "f"}])
+    assert "IMAGE /proc/self/fd/" in tamper["stdout"] and "CHANGED []" in tamper["stdout"], tamper
+    assert later["verdict"] == "passed", later

@@ -100,6 +100,26 @@ def _zygote(control_fd, userns_fd=-1, stdlib=None):
     _serve(control_fd, live, _fork_role)
 
 
+_IMAGE_TRIED = False
+
+
+def _build_image():
+    """The standard library's image for candidates without a private root
+    (:func:`~.confine.stdlib_image`), once, on this launcher's first fork of a candidate (the
+    candidate launcher, where it runs, serves every candidate with a private root; this launcher
+    forks the others); the heap it leaves frozen again, as after the preload."""
+    import gc
+    import sys
+
+    global _IMAGE_TRIED
+    _IMAGE_TRIED = True
+    library = getattr(sys.modules.get("os"), "__file__", None)
+    if library:
+        confine.stdlib_image(library.rpartition("/")[0])
+    gc.collect()
+    gc.freeze()
+
+
 def _fork_role(message, fds, control, wake_r, wake_w):
     """The launcher's fork: ``(pid, pid to report)``, or None for a message it does not serve."""
     import posix
@@ -107,6 +127,8 @@ def _fork_role(message, fds, control, wake_r, wake_w):
     role = {(b"C", 5): "candidate", (b"K", 1): "judge"}.get((message[:1], len(fds)))
     if role is None:
         return None
+    if role == "candidate" and confine.IMAGE_PATH is None and not _IMAGE_TRIED:
+        _build_image()
     pid = posix.fork()
     if pid == 0:
         _zygote_child(role, fds, control, wake_r, wake_w)
@@ -374,7 +396,12 @@ def _zygote_child(role, fds, control, wake_r, wake_w):
             _arrange([null, null, null, null, null, null, fds[0]], 0)
             _judge_server(6, lambda n: _read_exact(0, n))
         else:
-            _arrange(fds, 0)
+            image = None
+            if confine.IMAGE_PATH is not None:
+                # a description of the image of its own: the launcher's, which every candidate
+                # would share, has one file offset that one could move and another read
+                image = posix.open(confine.IMAGE_PATH, posix.O_RDONLY | posix.O_CLOEXEC)
+            _arrange(fds, 0, None if image is None else (image, confine.IMAGE_FD))
             _candidate_main(read)
         code = 0
     except SystemExit:

@@ -33,7 +33,8 @@ layers this system allows and returns their names (``Result.isolation``):
 
 Every candidate is checked before it runs (:func:`_capabilities_gone`): one that still holds a
 capability, or is uid 0 where execve could give some back, exits (status 71) instead.
-* ``landlock`` (where the kernel has it): reading only the standard library and the devices,
+* ``landlock`` (where the kernel has it): reading only the standard library (without a private
+  root, none of the host's files: the launcher's image in memory, :func:`stdlib_image`) and the devices,
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
   other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
@@ -363,6 +364,141 @@ _STDLIB_LEFT_OUT = frozenset({"site-packages", "dist-packages", "test", "tests",
                               "ensurepip", "lib2to3", "venv", "__phello__"})
 
 
+#: Candidates without a private root (namespaces refused) import the standard library from an
+#: image in memory, not from the host's files (:func:`stdlib_image`): a sealed memfd holding a zip
+#: archive, at this fd number in the launcher and in each such candidate (a description of its own).
+IMAGE_FD = 1000
+#: ``/proc/self/fd/<IMAGE_FD>`` once the launcher has built the image (None before, or without one).
+IMAGE_PATH = None
+#: The standard library's path as the launcher's modules name it (the image was made from it).
+_IMAGE_SOURCE = None
+#: Extension modules the launcher does not load for such candidates: the guards refuse importing
+#: them (a module already loaded raises no import event), or they exist only to test CPython.
+_NOT_PRELOADED = frozenset({"readline", "_sqlite3", "_dbm", "_gdbm", "_posixshmem", "_tkinter", "_ctypes_test",
+                            "_testbuffer", "_testcapi", "_testclinic", "_testimportmultiple", "_testinternalcapi",
+                            "_testmultiphase", "_xxsubinterpreters", "_xxtestfuzz", "xxlimited", "xxlimited_35"})
+
+
+def stdlib_image(stdlib):
+    """The launcher's image of the standard library for candidates without a private root (built
+    once, on its first fork of a candidate): every module of ``stdlib`` but what
+    :func:`copy_stdlib` leaves out, as its cached bytecode where that matches its source (else
+    the source), in a zip archive in a memfd sealed against any change, at fd :data:`IMAGE_FD`;
+    and every extension module of ``lib-dynload`` loaded here (a zip cannot hold them), but
+    :data:`_NOT_PRELOADED`. Such a candidate then imports from ``/proc/self/fd/<IMAGE_FD>`` and
+    may read nothing of the host's library (:func:`_import_from_image`): memfd pages are memory,
+    so no read of them changes or reveals whether a page is cached, where reads of the host's
+    files let one run leave bits for a later one (docs/sandbox.md). Returns the image's path, or
+    None where it cannot be built (the candidates then read the host's files, as before)."""
+    global IMAGE_PATH, _IMAGE_SOURCE
+    if IMAGE_PATH is not None:
+        return IMAGE_PATH
+    import fcntl
+    import importlib
+    import io
+    import posix
+    import sys
+    import zipfile
+    import zipimport
+
+    tag = sys.implementation.cache_tag
+    try:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+            todo = [""]
+            while todo:
+                relative = todo.pop()
+                for entry in posix.scandir(stdlib + relative):
+                    name = relative + "/" + entry.name
+                    if entry.name in _STDLIB_LEFT_OUT or (not relative and (
+                            entry.name.startswith("config-") or entry.name == "lib-dynload")):
+                        continue
+                    if entry.is_dir() and entry.name != "__pycache__":
+                        todo.append(name)
+                    elif entry.is_file() and entry.name.endswith(".py"):
+                        archive.writestr(*_image_entry(stdlib, name, entry.stat(), tag))
+        data = buffer.getvalue()
+        del buffer
+        fd = posix.memfd_create("mrgrpo-stdlib", posix.MFD_CLOEXEC | posix.MFD_ALLOW_SEALING)
+        try:
+            view, done = memoryview(data), 0
+            while done < len(data):
+                done += posix.write(fd, view[done:])
+            # F_ADD_SEALS: SEAL | SHRINK | GROW | WRITE: no process, candidate or not, changes it
+            fcntl.fcntl(fd, 1033, 1 | 2 | 4 | 8)
+            posix.dup2(fd, IMAGE_FD)
+        finally:
+            posix.close(fd)
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return None
+    IMAGE_PATH, _IMAGE_SOURCE = "/proc/self/fd/%d" % IMAGE_FD, stdlib
+    zipimport.zipimporter(IMAGE_PATH)  # its table of contents read here, once: every candidate inherits it
+    try:
+        names = sorted(e.name.split(".")[0] for e in posix.scandir(stdlib + "/lib-dynload") if e.name.endswith(".so"))
+    except OSError:
+        names = []
+    for name in names:
+        if name not in _NOT_PRELOADED and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+    return IMAGE_PATH
+
+
+def _image_entry(stdlib, name, info, tag):
+    """``(name in the archive, bytes)`` of module source ``name`` (relative to ``stdlib``): its
+    cached bytecode, sourceless, where the cache's header matches the source's modification time
+    and size (what the interpreter itself checks), else the source."""
+    import posix
+
+    folder, _, base = name.rpartition("/")
+    cached = "%s%s/__pycache__/%s.%s.pyc" % (stdlib, folder, base[:-3], tag)
+    try:
+        with open(cached, "rb") as handle:
+            code = handle.read()
+        flags = int.from_bytes(code[4:8], "little")
+        fresh = (flags & 1 or (int.from_bytes(code[8:12], "little") == int(info.st_mtime) & 0xFFFFFFFF
+                               and int.from_bytes(code[12:16], "little") == info.st_size & 0xFFFFFFFF))
+        if len(code) > 16 and fresh:
+            return name[1:-3] + ".pyc", code
+    except OSError:
+        pass
+    fd = posix.open(stdlib + name, posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        source = b""
+        while True:
+            chunk = posix.read(fd, 1 << 20)
+            if not chunk:
+                break
+            source += chunk
+    finally:
+        posix.close(fd)
+    return name[1:], source
+
+
+def _import_from_image(stdlib):
+    """This candidate imports only from the launcher's image (:func:`stdlib_image`): the import
+    path is the image alone and every loaded package's search path moves into it (its extension
+    modules are already loaded), so nothing of the host's library needs reading."""
+    import sys
+
+    def moved(entry):
+        for library in (stdlib, _IMAGE_SOURCE):  # the caller's real path, and the launcher's own
+            if type(entry) is str and library and (entry == library or entry.startswith(library + "/")):
+                rest = entry[len(library):]
+                return None if rest == "/lib-dynload" or rest.startswith("/lib-dynload/") else IMAGE_PATH + rest
+        return None  # nothing outside the library is importable without a private root
+
+    sys.path[:] = [IMAGE_PATH]
+    for module in list(sys.modules.values()):
+        # the module's own dict, not getattr: a lazy module's __getattr__ would import on lookup
+        search = getattr(module, "__dict__", {}).get("__path__")
+        if type(search) is list:
+            search[:] = [m for m in (moved(p) for p in search) if m]
+    sys.path_importer_cache.clear()
+
+
 def copy_stdlib(source, target, libc, size_mb=512):
     """The candidates' standard library (candidate launcher, once): a copy of ``source``, without
     :data:`_STDLIB_LEFT_OUT` and ``config-*``, on a tmpfs of its own at ``target`` (``size_mb`` at
@@ -540,13 +676,28 @@ def _capabilities_gone():
     return all(libc.prctl(_PR_CAPBSET_READ, cap, 0, 0, 0) != 1 for cap in range(64))
 
 
+def _image_open():
+    """This process holds the image at :data:`IMAGE_FD` (a candidate forked with it)."""
+    import posix
+
+    try:
+        posix.fstat(IMAGE_FD)
+    except OSError:
+        return False
+    return True
+
+
 def _reach_stdlib(stdlib):
     """Where a fresh uid could not walk to the standard library (an interpreter under a 0700 home,
     as pyenv's under ``/root``), point the import paths at ``/proc/self/fd/<n>`` of an ``O_PATH``
     fd of it opened now (a process always reaches its own fds; the library's own permissions
-    still apply). Landlock's rule, made from the real path, covers both."""
+    still apply). Landlock's rule, made from the real path, covers both. Nothing to do for a
+    candidate importing from the launcher's image (:func:`_import_from_image`)."""
     import posix
     import sys
+
+    if stdlib == IMAGE_PATH:
+        return
 
     path, parts = "", stdlib.strip("/").split("/")
     for i, part in enumerate(parts):
@@ -972,9 +1123,19 @@ def confine(job):
     limit(job, init="pidns" in layers)
     if not root and namespaced:
         _drop_capabilities(user_namespace="userns" in layers)
+    # Without a private root the standard library comes from the launcher's image in memory (its
+    # fd kept by the launcher's fork: boot._zygote_child), never the host's files; the guards and
+    # Landlock then allow reading none of those.
+    readable = [job["stdlib"]]
+    if IMAGE_PATH is not None and _image_open():
+        if "chroot" in layers:  # a root of its own, the library bound into it: the image is not its
+            posix.close(IMAGE_FD)
+        else:
+            _import_from_image(job["stdlib"])
+            job["stdlib"], readable = IMAGE_PATH, []
     if "landlock" not in refuse:
         try:
-            if _landlock([job["stdlib"]], [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"]):
+            if _landlock(readable, [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"]):
                 layers.append("landlock")
         except OSError:
             pass
