@@ -56,6 +56,17 @@ def test_a_steady_window_compares_its_medians():
     assert window_score(*window([0.032, 0.020, 0.032, 0.020], [0.016, 0.010, 0.016], floors=(0.015, 0.0))) is None
 
 
+def test_a_steady_window_subtracts_the_null_programs_fastest_run():
+    # a window at 1.5x throughout (the reference 6 ms against a best of all time of 4), a program
+    # with half its own work (3.3 ms), null runs 0.6 ms of which two were charged 4 ms more: by
+    # their median the work left was 6 - 4.6 = 1.4 ms and the program was paid 1.0; by the fastest
+    # null run 1 - 2.7 / 5.4
+    hit = window([0.006] * 4, [0.0033] * 3, nulls=[0.0006, 0.0046, 0.0046], floors=(0.004, 0.0004))
+    assert window_score(*hit) == pytest.approx(0.5)
+    copy = window([0.006] * 4, [0.006] * 3, nulls=[0.0046, 0.0006, 0.0046], floors=(0.004, 0.0004))
+    assert window_score(*copy) == pytest.approx(0.0)
+
+
 def test_the_harness_ratio_is_read_from_floors_whatever_hits_single_runs():
     # HumanEval/32 as measured under load: reference 6 ms, null program 0.6 ms, and any run may be
     # charged about 4 ms more on its own. In this window every null run was hit and one reference
