@@ -24,17 +24,19 @@ for every HumanEval problem, the reference (the canonical solution) is timed as 
 times it (``reference_repeats`` runs alone, CPU time, minimum), and so is its null program (the
 harness's own cost on that problem: ``mrgrpo.rewards.sandbox.null``); where the reference takes
 at least ``min_reference_s`` beyond the null program, an exact copy is scored ``--trials`` times
-(each trial: a fresh timing of ``timing_repeats`` runs or more; its efficiency against the
-reference's) and so is the canonical solution against a reference doing the work twice (the
+(each trial: a fresh window of ``timing_repeats`` rounds or more, scored as the code suite
+scores it) and so is the canonical solution against a reference doing the work twice (the
 function called twice: an algorithm exactly twice as fast as its reference).
 
     python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers]
     python benchmarks/sandbox.py --efficiency [--trials K] [--fast-trials K] [--min-reference-ms M] [--limit N]
+        [--tasks HumanEval/32,...] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import time
@@ -144,28 +146,45 @@ def _doubled(problem: dict) -> str:
             f"    return _once(*args, **kwargs)\n")
 
 
-def _scored(reference, null, program, threshold: float) -> float | None:
-    """Efficiency as the code suite scores it: ``None`` where the reference's time beyond its null
-    program is under ``threshold`` (``min_reference_s``) by the freshest runs."""
-    from mrgrpo.rewards.code import efficiency
+def _why_unscored(scorer, reference, null, program, avoidable) -> str:
+    """Why ``scorer.score`` left a trial unscored, by the checks it makes in that order."""
+    if not scorer.resolves(reference, null):
+        return "under the floor"
+    share = scorer.avoidable_share(reference, null, avoidable, program.floors)
+    if scorer.max_harness_share is not None and share > scorer.max_harness_share:
+        return "self-served share over the bound"
+    return "disturbed"
 
-    base = null.best if null.best is not None else 0.0
-    if reference.best is None or reference.best - base < threshold or program.disturbed:
-        return None
-    return efficiency(program.best, reference.best, base)
 
-
-def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, threshold: float = 1e-3) -> None:
-    from mrgrpo.rewards.code import CodeExecutor
+def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, threshold: float = 1e-3,
+                     tasks: list[str] | None = None, json_path: str | None = None) -> None:
+    from mrgrpo.rewards.code import CodeExecutor, CodeRewardState
 
     executor = CodeExecutor(Limits(wall_s=20, cpu_s=20))
-    problems = [p for p, _ in programs()[: len(programs()) // 2]][:limit]
+    scorer = CodeRewardState(executor, True, min_reference_s=threshold)  # scores as the code suite does
+    problems = [p for p, _ in programs()[: len(programs()) // 2]]
+    if tasks:
+        known = {p["task_id"] for p in problems}
+        missing = [t for t in tasks if t not in known]
+        if missing:
+            raise SystemExit(f"--tasks: no problem {', '.join(missing)}; give HumanEval task ids such as HumanEval/32")
+        problems = [p for p in problems if p["task_id"] in tasks]
+    problems = problems[:limit]
     fast_trials = fast_trials or max(3, trials // 4)
     print(f"efficiency noise: {len(problems)} problems, {trials} trials of a copy and {fast_trials} of a 2x faster "
-          f"program per scored problem; reference and null program min of {executor.reference_repeats} runs, "
-          f"candidate min of {executor.timing_repeats} or more (up to {executor.timing_repeats + executor.extra_repeats} where "
-          f"runs are slowed down); load average {os.getloadavg()[0]:.1f}", flush=True)
-    rows, unscored = [], []
+          f"program per scored problem; reference and null program first timed {executor.reference_repeats} times, "
+          f"then each program in a window of {executor.timing_repeats} rounds (up to "
+          f"{executor.timing_repeats + executor.extra_repeats} while it shows no comparable conditions); load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    rows, unscored, report = [], [], []
+
+    def trial(reference_job, program_job):
+        """(score, why unscored or None) of one trial, scored as the code suite scores it."""
+        ref_w, null_w, timing = executor.time_against([(reference_job, program_job)])[0]
+        avoidable = executor.harness([reference_job])[0]
+        value = scorer.score(ref_w, null_w, timing, avoidable)
+        return value, None if value is not None else _why_unscored(scorer, ref_w, null_w, timing, avoidable)
+
     for problem in problems:
         reference = problem["prompt"] + problem["canonical_solution"]
         job = Job(reference, problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
@@ -174,41 +193,57 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
         base = null.best if null is not None and null.best is not None else 0.0
         if ref.best is None or ref.best - base < threshold:
             if ref.best is not None and ref.best >= threshold:
-                unscored.append((problem["task_id"], ref.best, base))
+                unscored.append((problem["task_id"], ref.best, base, None))
             continue
         copies = []
-        for trial in range(trials):  # a copy that differs by a comment: a new program for the cache, same algorithm
-            copy = Job(reference + f"\n# trial {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            copies.append(_scored(*executor.time_against([(job, copy)])[0], threshold))
+        for n in range(trials):  # a copy that differs by a comment: a new program for the cache, same algorithm
+            copies.append(trial(job, Job(reference + f"\n# trial {n}\n", job.tests, "humaneval", job.entry_point,
+                                         job.limits, job.context)))
         doubled = Job(_doubled(problem), problem["test"], "humaneval", problem["entry_point"], executor.limits, problem["prompt"])
         executor.timings([doubled], reference=True)
         executor.nulls([doubled])  # the same null program as the canonical's (same answers): shared
         fast = []
-        for trial in range(fast_trials):
-            copy = Job(reference + f"\n# fast {trial}\n", job.tests, "humaneval", job.entry_point, job.limits, job.context)
-            fast.append(_scored(*executor.time_against([(doubled, copy)])[0], threshold))
+        for n in range(fast_trials):
+            fast.append(trial(doubled, Job(reference + f"\n# fast {n}\n", job.tests, "humaneval", job.entry_point,
+                                           job.limits, job.context)))
         ref = executor.timings([job], reference=True)[0]
         null = executor.nulls([job])[0]
         base = null.best if null.best is not None else 0.0
-        dropped = sum(e is None for e in copies + fast)
-        copies, fast = [e for e in copies if e is not None], [e for e in fast if e is not None]
+        avoidable = executor.harness([job])[0]
+        share = scorer.avoidable_share(ref, null, avoidable)
+        reasons: dict[str, int] = {}
+        for _, why in copies + fast:
+            if why is not None:
+                reasons[why] = reasons.get(why, 0) + 1
+        report.append({"task_id": problem["task_id"], "reference_ms": ref.best * 1e3, "null_ms": base * 1e3,
+                       "avoidable": avoidable, "share": share, "copies": [v for v, _ in copies],
+                       "fast": [v for v, _ in fast], "unscored": reasons})
+        copies, fast = [v for v, _ in copies if v is not None], [v for v, _ in fast if v is not None]
+        why = f"  (unscored trials: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))})" if reasons else ""
         if not copies or not fast:  # the fresh runs put it under the threshold: the suite leaves it unscored
-            unscored.append((problem["task_id"], ref.best, base))
+            unscored.append((problem["task_id"], ref.best, base, share))
+            print(f"{problem['task_id']:>14}  ref {ref.best * 1e3:7.2f} ms, null {base * 1e3:5.2f} ms: no copy or no 2x "
+                  f"faster trial scored{why}  load {os.getloadavg()[0]:.1f}", flush=True)
             continue
         within = sum(e <= 0.10 for e in copies) / len(copies)
         half = sorted(fast)[len(fast) // 2]
         rows.append((problem["task_id"], ref, within, max(copies), half, min(fast), max(fast)))
         print(f"{problem['task_id']:>14}  ref {ref.best * 1e3:7.2f} ms CPU (median {ref.median * 1e3:7.2f}, worst "
               f"{ref.worst * 1e3:7.2f}; {ref.clock}), null {base * 1e3:5.2f} ms (median "
-              f"{(null.median or 0) * 1e3:5.2f})  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
-              f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]"
-              f"{f'  ({dropped} trials unscored: under the floor, or disturbed)' if dropped else ''}  load {os.getloadavg()[0]:.1f}",
+              f"{(null.median or 0) * 1e3:5.2f}; avoidable by a self-served pipe {avoidable:.0%} of it, "
+              f"{share:.3f} of the work by the floors, deducted)  copy <= 0.10 in {within:4.0%} (max {max(copies):.2f})  "
+              f"2x faster: median {half:.2f} [{min(fast):.2f}, {max(fast):.2f}]{why}  load {os.getloadavg()[0]:.1f}",
               flush=True)
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump({"scored": [r[0] for r in rows], "problems": report}, handle, indent=1)
     if unscored:
         long = [u for u in unscored if u[1] >= 1e-3]
         print(f"{len(unscored)} unscored though the reference takes >= {threshold * 1e3:g} ms (under that beyond its "
-              f"null program){'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
-                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" for t, r, b in long))
+              f"null program, or no copy or no 2x faster trial scored)"
+              f"{'; of them >= 1 ms (reference/null best): ' if long else ''}" + ", ".join(
+                  f"{t} {r * 1e3:.2f}/{b * 1e3:.2f} ms" + ("" if a is None else f" (avoidable share {a:.2f})")
+                  for t, r, b, a in long))
     if not rows:
         print(f"no problem with a reference of {threshold * 1e3:g} ms or more beyond its null program")
         return
@@ -251,9 +286,14 @@ def main() -> None:
     parser.add_argument("--min-reference-ms", type=float, default=1.0,
                         help="score problems whose reference takes this long beyond its null program (the suite's 1 ms)")
     parser.add_argument("--limit", type=int, default=None, help="first N problems only")
+    parser.add_argument("--tasks", default=None,
+                        help="--efficiency: only these problems, comma-separated (HumanEval/32,HumanEval/36)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="--efficiency: write every trial's score (null where unscored, with the reasons) to PATH")
     args = parser.parse_args()
     if args.efficiency:
-        efficiency_noise(args.trials, args.limit, args.fast_trials, args.min_reference_ms / 1e3)
+        tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+        efficiency_noise(args.trials, args.limit, args.fast_trials, args.min_reference_ms / 1e3, tasks, args.json)
         return
     launcher = not args.no_launcher
     pairs = programs()

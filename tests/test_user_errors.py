@@ -44,6 +44,8 @@ ALLOWED = {
     ("rewards/base.py", "completion_text"): "Python API misuse: a completion neither text nor messages (TypeError)",
     ("rewards/sandbox/child/confine.py", "_build_program"): "invariant: the seccomp program's jumps (inside the sandbox)",
     ("rewards/sandbox/child/io.py", "_recv"): "inside the sandbox (standard library only): an oversized frame, caught",
+    ("rewards/sandbox/child/candidate.py", "receive"): "inside the sandbox (standard library only): a malformed request, caught",
+    ("rewards/sandbox/child/candidate.py", "_candidate_main"): "inside the sandbox (standard library only): its receive(), caught",
 }
 
 

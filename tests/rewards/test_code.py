@@ -13,10 +13,10 @@ from mrgrpo.rewards.code import (
     assemble_program,
     code_state,
     ast_similarity,
-    efficiency,
     extract_code,
     node_types,
 )
+from mrgrpo.rewards.timing import efficiency
 
 PREFIX = 'from typing import List\n\n\ndef add(a: int, b: int) -> int:\n    """Sum."""\n'
 TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(0, 0) == 0\n    assert candidate(-2, 2) == 0\n"

@@ -420,13 +420,15 @@ def test_guards_alone_without_privileges(monkeypatch, tmp_path):
     program = f"""
         import os, socket, subprocess
         for attempt in (lambda: open({str(outside)!r}, "w"), lambda: socket.socket(),
-                        lambda: os.fork(), lambda: subprocess.run(["true"]), lambda: os.kill(os.getppid(), 9)):
+                        lambda: os.fork(), lambda: subprocess.run(["true"]), lambda: os.kill(os.getppid(), 9),
+                        lambda: os.listdir("/proc"), lambda: os.scandir("/")):  # the host's pids, its tree
             try:
                 attempt()
                 raise SystemExit("allowed")
             except OSError:
                 pass
         open("inside.txt", "w").write("ok")
+        assert "inside.txt" in os.listdir(".")  # its own directory lists
     """ + GOOD
     before = leftovers()
     result = run(job(program))
@@ -466,7 +468,7 @@ def test_full_isolation_as_root():
     result = run(job(GOOD))
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    assert result.isolation == "netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards"
+    assert result.isolation == "netns,mountns,ipcns,pidns,chroot,uid,landlock,seccomp,guards"
 
 
 def in_a_child(body) -> dict:
@@ -694,7 +696,7 @@ def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     before = leftovers()
     result = run(job(GOOD))
-    assert result.isolation == "netns,mountns,ipcns,uid,guards" and result.passed, result  # root's uid dropped all the same
+    assert result.isolation == "netns,mountns,ipcns,pidns,uid,guards" and result.passed, result  # root's uid dropped all the same
     with pytest.raises(IsolationError):
         run(job(GOOD), require_isolation=True)
     assert leftovers() <= before
@@ -710,7 +712,7 @@ def test_the_docs_page_names_what_the_code_does():
     page = (Path(__file__).parents[2] / "docs" / "sandbox.md").read_text()
     verdicts = page.split("## Verdicts and results", 1)[1].split("##", 1)[0]
     assert {v.value for v in Verdict} <= set(re.findall(r"`(\w+)`", verdicts))
-    assert "`netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
+    assert "`netns,mountns,ipcns,pidns,chroot,uid,landlock,seccomp,guards`" in page and "MRGRPO SANDBOX IS NOT ISOLATED" in inspect.getsource(sandbox)
     for fn in (sandbox.run, sandbox.run_many):
         assert "require_isolation" in inspect.signature(fn).parameters
 

@@ -294,10 +294,53 @@ WORKED = attack()
 def f(x):
     return 41 + x if WORKED else -1
 """
+# Other processes named, probed or timed: for each call that takes a pid (or a CPU clock of one),
+# a pid counts as seen when the call answers differently for it than for a pid that cannot exist;
+# tried on pids 1-2000 and on the caller's. Answers right if a call saw any process but itself.
+# It also reports (PATHS) the pids it finds as /proc entries (stat, listdir), which without a
+# private root stay visible (docs/sandbox.md).
+PROCESSES = """
+import os, resource, time
+NOWHERE = 4194303  # above any pid_max in use: no such process
+def outcome(call, pid):
+    try:
+        value = call(pid)
+        return ("ok", type(value).__name__)
+    except OSError as error:
+        return ("err", error.errno)
+    except Exception as error:
+        return ("exc", type(error).__name__)
+CALLS = {
+    "getpgid": os.getpgid, "getsid": os.getsid, "sched_getparam": os.sched_getparam,
+    "sched_getscheduler": os.sched_getscheduler, "sched_getaffinity": os.sched_getaffinity,
+    "sched_rr_get_interval": os.sched_rr_get_interval, "getpriority": lambda p: os.getpriority(os.PRIO_PROCESS, p),
+    "kill0": lambda p: os.kill(p, 0), "prlimit": lambda p: resource.prlimit(p, resource.RLIMIT_CORE),
+    "cpu-clock": lambda p: time.clock_gettime(-(p + 1) * 8 + 2),  # MAKE_PROCESS_CPUCLOCK(p, CPUCLOCK_SCHED)
+}
+def pids():
+    return [p for p in list(range(1, 2001)) + [{CALLER}] if p != os.getpid()]
+def look():
+    seen, paths = {}, {}
+    for name, call in CALLS.items():
+        nowhere = outcome(call, NOWHERE)
+        seen[name] = len([p for p in pids() if outcome(call, p) != nowhere])
+    paths["stat"] = len([p for p in pids() if outcome(lambda p: os.stat("/proc/%d" % p), p) == ("ok", "stat_result")])
+    try:
+        paths["listdir"] = len([n for n in os.listdir("/proc") if n.isdigit() and int(n) != os.getpid()])
+    except Exception:
+        pass
+    seen, paths = {k: v for k, v in seen.items() if v}, {k: v for k, v in paths.items() if v}
+    print("SEEN", os.getpid(), seen, "PATHS", paths, flush=True)
+    return seen
+SEEN = look()
+def f(x):
+    return 41 + x if SEEN else -1
+"""
 ATTACKS = {"proc-fd-reopen": REOPEN, "extra-elements-late-done": EXTRA_ELEMENTS, "signals-to-the-caller": SIGNALS,
            "writes-outside": WRITES, "decoder-bombs": BOMB,
            **{f"other-candidates-{i}": OTHER_CANDIDATES.replace("{COPY}", str(i)) for i in range(4)},
-           **{f"ipc-{i}": IPC_CANDIDATES.replace("{COPY}", str(i)) for i in range(4)}, "privileges": PRIVILEGES}
+           **{f"ipc-{i}": IPC_CANDIDATES.replace("{COPY}", str(i)) for i in range(4)}, "privileges": PRIVILEGES,
+           "other-processes": PROCESSES}
 
 
 def ipc_key() -> int:
@@ -349,6 +392,16 @@ def test_unsandboxed_ipc_candidates_find_each_other():
     finally:
         remove_ipc_objects(key)
     assert ipc_objects(key) == []
+
+
+def test_unsandboxed_processes_are_seen():
+    """The control: as a plain process, ``PROCESSES`` sees other processes through every call."""
+    program = PROCESSES.replace("{CALLER}", str(os.getpid())) + "\nprint(f(1))\n"
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = ast.literal_eval(proc.stdout.split("SEEN", 1)[1].split(None, 1)[1].split(" PATHS", 1)[0])
+    assert {"getpgid", "getsid", "sched_getaffinity", "sched_getparam", "getpriority", "cpu-clock"} <= set(seen), seen
+    assert proc.stdout.split()[-1] == "42"
 
 
 def humaneval_controls() -> list[dict]:
@@ -415,16 +468,20 @@ def workspace():
     shutil.rmtree(top, ignore_errors=True)
 
 
-def run_mode(mode: str, jobs: str) -> dict:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    script = str(HERE / "sandbox_modes_script.py")
-    kwargs: dict = {}
-    exe = sys.executable
+def mode_interpreter(mode: str) -> tuple[str, dict]:
+    """The interpreter that runs ``mode``'s script and the ``subprocess`` arguments of its user."""
     if mode == "nobody" and os.geteuid() == 0:
         exe = interpreter_for(65534)
         if exe is None:
             pytest.skip("no Python interpreter that uid 65534 can start")
-        kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
+        return exe, {"user": 65534, "group": 65534, "extra_groups": []}
+    return sys.executable, {}
+
+
+def run_mode(mode: str, jobs: str) -> dict:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    script = str(HERE / "sandbox_modes_script.py")
+    exe, kwargs = mode_interpreter(mode)
     proc = subprocess.run([exe, script, mode if mode != "nobody" else "as-is", jobs, str(SRC)], capture_output=True,
                           text=True, timeout=300, env=env, cwd="/", **kwargs)
     if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:
@@ -436,7 +493,7 @@ def run_mode(mode: str, jobs: str) -> dict:
 
 
 EXPECTED_LAYERS = {
-    "as-is": {"netns", "mountns", "ipcns", "chroot", "uid", "seccomp"},
+    "as-is": {"netns", "mountns", "ipcns", "pidns", "chroot", "uid", "seccomp"},
     "userns-root": {"userns", "netns", "mountns", "ipcns", "pidns", "chroot", "seccomp"},
     "nobody": {"userns", "netns", "mountns", "ipcns", "pidns", "chroot", "seccomp"},
     "no-namespaces": {"landlock", "seccomp"},
@@ -498,6 +555,11 @@ def test_every_privilege_mode(mode, workspace):
         assert 0 not in uids + gids and groups == [], report
     if mode == "userns-root-no-namespaces":  # only uid 0 mapped: kept, with no capability (above)
         assert uids == (0, 0, 0), report
+    seen = attacks[list(ATTACKS).index("other-processes")]["stdout"]
+    assert seen.startswith("SEEN ") and seen.split(None, 2)[2].startswith("{} PATHS "), seen  # no call saw another process
+    if "chroot" in layers:  # a private root has no /proc: nothing else to see either
+        assert seen.split(" PATHS ", 1)[1].startswith("{}"), seen
+    assert "listdir" not in seen.split(" PATHS ", 1)[1], seen  # without one, /proc is not listed (Landlock, guards)
     with open(os.path.join(top, "root-owned")) as handle:
         assert handle.read() == "untouched"
     assert got["signals"] == []  # the caller never received a signal

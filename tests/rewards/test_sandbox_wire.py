@@ -115,3 +115,40 @@ def test_the_decoder_rejects_malformed_bytes(data, problem):
 def test_the_decoder_accepts_only_bytes():
     with pytest.raises(WireError):
         decode(bytearray(b"N"))  # type: ignore[arg-type]
+
+
+def test_call_arguments_reach_the_candidate_as_fresh_plain_values_of_their_exact_types():
+    # through a real run: the judge checks each call's arguments with the wire encoding, then sends
+    # a pickle of the decoded value; the candidate gets every plain type exactly, subclasses as
+    # their base type, and no two arguments sharing one object
+    from mrgrpo.rewards.sandbox import Job, run
+
+    program = (
+        "def f(*args, **kwargs):\n"
+        "    def types(v):\n"
+        "        out = [type(v).__name__]\n"
+        "        if type(v) in (list, tuple, set, frozenset):\n"
+        "            for x in v: out += types(x)\n"
+        "        elif type(v) is dict:\n"
+        "            for k, x in v.items(): out += types(k) + types(x)\n"
+        "        return out\n"
+        "    return [args, kwargs, types(args) + types(kwargs), args[0] is args[1]]\n"
+    )
+    values = [v for v in PLAIN if v == v]  # NaN aside (compared below bit for bit)
+    tests = (
+        "import collections, struct\ninf = float('inf')\n"
+        "def check(candidate):\n"
+        f"    values = {values!r}\n"
+        "    for v in values:\n"
+        "        got = candidate([1], [1], v, key=v)\n"
+        "        assert got[0] == ([1], [1], v) and got[1] == {'key': v}, (v, got)\n"
+        "        assert got[3] is False\n"
+        "    shared = [1, 2]\n"
+        "    assert candidate(shared, shared)[3] is False  # one object twice: two copies there\n"
+        "    point = collections.namedtuple('P', 'x y')(1, 2.5)\n"
+        "    assert candidate(point, collections.Counter(a=1))[2][:5] == ['tuple', 'tuple', 'int', 'float', 'dict']\n"
+        "    bits = candidate(float('nan'), -0.0)[0]\n"
+        "    assert struct.pack('>d', bits[0]) == struct.pack('>d', float('nan')) and struct.pack('>d', bits[1]) == struct.pack('>d', -0.0)\n"
+    )
+    result = run(Job(program, tests, "humaneval", "f"))
+    assert result.passed, (result, result.stderr[-2000:])

@@ -34,13 +34,18 @@ efficiency      ``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)`` when pas
                 the CPU time the kernel counts for a program from loading it to its last
                 reply (the judge's wall clock where ``/proc`` is unreadable); ``t_null`` the
                 harness's share of it, the time of the problem's *null program* (trusted,
-                replaying the reference's answers: ``mrgrpo.rewards.sandbox.null``); ``t_gen``
-                the minimum over 3 runs (more where the machine slows runs down), ``t_ref``
-                and ``t_null`` over 7 runs plus those alternating with each program's (cached
-                per problem), each run alone (no other sandbox run in flight). ``None``
-                without a passing reference, when ``t_ref - t_null`` < ``min_reference_s``
-                (1 ms), or when every reference run alongside the program's was slowed down;
-                see docs/sandbox.md for the noise
+                replaying the reference's answers: ``mrgrpo.rewards.sandbox.null``). The
+                program is timed in a *window* of runs interleaved with the reference's and
+                the null program's (3 rounds, up to 9), each run alone (no other sandbox run
+                in flight), and compared only in conditions the window shows to be the same
+                for both (at the reference's fastest, confirmed, or one steady speed:
+                ``mrgrpo.rewards.timing``). ``None`` without a passing reference, when
+                ``t_ref - t_null`` < ``min_reference_s`` (1 ms), or when the window shows no
+                such conditions. Less what a program serving the judge's pipe itself could
+                save (the null program's time beyond the problem's *bare program*, a share
+                of ``t_ref - t_null``); ``None`` where that share is over
+                ``max_harness_share`` (0.15). See docs/sandbox.md for the noise and what
+                holds under load
 pass_rate       fraction of test cases passed (SA-MRPO)
 executable      the program's top-level code ran without an exception (SA-MRPO)
 ==============  =========================================================================
@@ -57,8 +62,8 @@ import ast
 import dataclasses
 import difflib
 import json
-import math
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -68,6 +73,8 @@ from typing import Any
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.rewards.base import RewardComponent, RewardSuite, completion_text, register_suite
 from mrgrpo.rewards.sandbox import Job, Limits, Result, Verdict, null_job, probe, run_alone, run_many
+from mrgrpo.rewards.sandbox.null import bare_job
+from mrgrpo.rewards.timing import Timing, base, harness_ratio, window_efficiency, window_score
 
 CODE_COMPONENTS = ("format", "syntax", "compile", "run", "pass", "ast_similarity", "efficiency")
 CODE_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -174,19 +181,6 @@ def ast_similarity(program: str, reference: str, entry_point: str | None = None)
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def efficiency(t_gen: float | None, t_ref: float | None, t_null: float | None = None) -> float:
-    """``clip(1 - (t_gen - t_null) / (t_ref - t_null), 0, 1)``: the share of the reference's own
-    work (its time beyond the harness's, ``t_null``; 0 when unknown) that the program saves. 0
-    when ``t_gen`` or ``t_ref`` is missing or the reference takes no longer than the harness."""
-    if t_gen is None or t_ref is None:
-        return 0.0
-    base = t_null or 0.0
-    work = t_ref - base
-    if work <= 0:
-        return 0.0
-    return min(1.0, max(0.0, 1.0 - (t_gen - base) / work))
-
-
 def _stdio_tests(test: Any) -> list:
     if isinstance(test, str):
         test = json.loads(test)
@@ -207,56 +201,51 @@ def _job_key(job: Job) -> tuple:
     return (job.program, tests, job.test_format, job.entry_point, job.context)
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Times (seconds) of repeated runs of one program, each run alone: the CPU time the kernel
-    counted for the program from loading to its last reply (``Result.cpu_time``), or, where the
-    judge cannot read it, the judge's wall clock over loading and calls (``Result.test_time``;
-    ``clock`` says which). ``best``: the minimum, the statistic efficiency uses; ``median``,
-    ``worst``: the spread; ``times``: every time kept (the newest 256). ``None`` fields when a
-    repeat did not pass. ``disturbed``: a program's timing made in a window where every
-    reference run alongside was slowed down, unevenly: efficiency abstains. ``against``: the
-    ``(reference, null program)`` timings a program's timing is compared with: the cached ones
-    as they stood at the end of its window (a later window's faster run is not held against
-    it), or, where one slowdown covered its whole window evenly (a spell), that window's alone."""
+def _footprint(key: tuple, *values: object) -> int:
+    """Bytes a cache entry keeps alive, counted from its strings and bytes (the key's program,
+    tests and context; a result's output and record), plus a fixed share for the objects."""
+    size = 512
+    for item in (*key, *values):
+        if isinstance(item, (str, bytes)):
+            size += sys.getsizeof(item)
+        elif isinstance(item, Result):
+            size += sum(sys.getsizeof(x) for x in (item.stdout, item.stderr, item.record, item.error_type)
+                        if isinstance(x, (str, bytes)))
+    return size
 
-    best: float | None
-    median: float | None
-    worst: float | None
-    repeats: int
-    clock: str = "cpu"
-    times: tuple[float, ...] = ()
-    disturbed: bool = False
-    against: tuple[Timing, Timing] | None = None
 
-    @classmethod
-    def of(cls, results: Sequence[Result]) -> Timing:
-        if not results or not all(r.passed for r in results):
-            return cls(None, None, None, len(results))
-        clock = "cpu" if all(r.cpu_time is not None for r in results) else "wall"
-        return cls.from_times(tuple((r.cpu_time if clock == "cpu" else r.test_time) or 0.0 for r in results), clock)
+def _avoidable(null: Timing, bare: Timing) -> float:
+    """``1 - t_bare / t_null`` from the floors (fastest runs) of interleaved runs, at least 0; 1
+    (all of it) where the bare program has no time to compare, or where its floor is not below the
+    null program's (it does strictly less, so the runs met conditions that cannot be compared).
 
-    @classmethod
-    def from_times(cls, times: tuple[float, ...], clock: str) -> Timing:
-        times = times[-256:]
-        ordered = sorted(times)
-        return cls(ordered[0], ordered[len(ordered) // 2], ordered[-1], len(times), clock, times)
-
-    def merged(self, other: Timing) -> Timing:
-        """This timing with ``other``'s runs added (ignored when they failed or used another clock)."""
-        if other.best is None or self.best is None or other.clock != self.clock:
-            return self if self.best is not None else other
-        return Timing.from_times(self.times + other.times, self.clock)
+    Floors, not a median of per-round ratios: besides slow spells (which scale a round's two
+    runs alike), a run can be charged a fixed few milliseconds more (measured 2026-12-04 on a
+    2-vCPU Firecracker guest, HZ=250, two CPU-bound jobs on it: HumanEval/32's bare program
+    0.3 ms or 3.8-4.1 ms, its null program 0.6 ms or 4.4-5.5 ms, its reference 6-7 ms or
+    10.3-13.5 ms, per run, in spells of seconds). Each run is hit or not on its own, so a round's
+    ratio mixes the two states (0.08 with both hit, -5 with only the bare one), while each
+    series' fastest run is unhit in any spell that leaves one run of it unhit."""
+    if (null.best is None or bare.best is None or bare.clock != null.clock or not null.best
+            or bare.best >= null.best):
+        return 1.0
+    return 1.0 - bare.best / null.best
 
 
 class CodeExecutor:
-    """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``.
+    """Runs programs once: results cached by (program, tests) in an LRU of ``cache_size``
+    entries and ``cache_bytes`` bytes (a result keeps up to ``Limits.output_bytes`` of each of
+    stdout and stderr, and a reference's record up to 256 KiB; each of the two caches, results
+    and timings with their records, stays under ``cache_bytes``).
 
     Timing for ``efficiency`` is separate, every run alone (no other sandbox run of this
     process in flight: :func:`mrgrpo.rewards.sandbox.run_alone`) and cached: a reference is
-    first run ``reference_repeats`` times (:meth:`timings`), its null program as many times
-    (:meth:`nulls`: the harness's own cost on that problem), then a program ``timing_repeats``
-    times alternating with as many new runs of its reference (:meth:`time_against`).
+    first run ``reference_repeats`` times (:meth:`timings`: whether its problem can be scored at
+    all, and the answers its null program replays), its null program as many times
+    (:meth:`nulls`: the harness's own cost on that problem; interleaved with its bare program,
+    the least harness cost any program pays there: :meth:`harness`), then each program in a window of
+    its own, ``timing_repeats`` rounds or more interleaved with new runs of its reference and
+    null program (:meth:`time_against`), against which alone it is scored.
     """
 
     def __init__(
@@ -269,8 +258,13 @@ class CodeExecutor:
         timing_repeats: int = 3,
         reference_repeats: int = 7,
         extra_repeats: int = 6,
+        cache_bytes: int = 128 << 20,
     ):
         self.limits = limits or Limits()
+        self.cache_bytes = cache_bytes
+        self._sizes: dict[tuple, int] = {}  # bytes of each entry of _cache, and of _timings (+ its record)
+        self._cache_held = 0
+        self._timings_held = 0
         self.extra_repeats = extra_repeats
         self.workers = workers
         self.require_isolation = require_isolation
@@ -279,6 +273,7 @@ class CodeExecutor:
         self.reference_repeats = reference_repeats
         self._timings: OrderedDict[tuple, Timing] = OrderedDict()
         self._records: dict[tuple, bytes | None] = {}  # reference -> its recorded answers (for nulls)
+        self._avoidable: dict[tuple, float] = {}  # null program -> the share of its time a program could skip
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple, Result] = OrderedDict()
         self._lock = threading.Lock()
@@ -300,12 +295,15 @@ class CodeExecutor:
                 self.executions += len(todo)
                 for key, result in zip(todo, fresh):
                     self._cache[key] = result
+                    self._sizes[("result", key)] = size = _footprint(key, result)
+                    self._cache_held += size
             out = []
             for key in keys:
                 self._cache.move_to_end(key)
                 out.append(self._cache[key])
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            while self._cache and (len(self._cache) > self.cache_size or self._cache_held > self.cache_bytes):
+                key, _ = self._cache.popitem(last=False)
+                self._cache_held -= self._sizes.pop(("result", key), 0)
         return out
 
     def timings(self, jobs: Sequence[Job], reference: bool = False) -> list[Timing]:
@@ -326,6 +324,7 @@ class CodeExecutor:
                     self._timings[key] = Timing.of(results)
                     if reference:
                         self._records[key] = next((r.record for r in results if r.record), None)
+                    self._held(key)
             return self._cached(keys)
 
     def nulls(self, references: Sequence[Job]) -> list[Timing]:
@@ -333,24 +332,48 @@ class CodeExecutor:
         problem (:mod:`mrgrpo.rewards.sandbox.null`), timed like the reference
         (``reference_repeats`` runs, alone); ``best`` is ``None`` where there is none (the
         reference was not timed or did not pass, or its answers could not be replayed).
-        References with the same answers share one null program and its timing."""
+        References with the same answers share one null program and its timing. Each run of the
+        null program is followed by one of the problem's *bare program* (the least harness cost
+        any program can pay there: :func:`mrgrpo.rewards.sandbox.null.bare_program`), for
+        :meth:`harness`."""
         with self._lock:
             keys, todo = [], {}
             for job in references:
                 key, null = self._null_of(job)
                 keys.append(key)
                 if key not in self._timings and key not in todo:
-                    todo[key] = null
-            runnable = {key: job for key, job in todo.items() if job is not None}
+                    todo[key] = (null, bare_job(job, self._records.get((True, *_job_key(job)))))
+            runnable = {key: jobs for key, jobs in todo.items() if jobs[0] is not None}
             if runnable:
-                runs = run_alone(list(runnable.values()), self.reference_repeats,
-                                 require_isolation=self.require_isolation, allow_unisolated=self.allow_unisolated)
-                self.timed_runs += self.reference_repeats * len(runnable)
-                for key, results in zip(runnable, runs):
-                    self._timings[key] = Timing.of(results)
+                got: dict[tuple, list[list[Result]]] = {key: [[], []] for key in runnable}
+                for _ in range(self.reference_repeats):  # interleaved: both meet the same conditions
+                    pairs = [(key, kind, job) for key, jobs in runnable.items() for kind, job in enumerate(jobs) if job is not None]
+                    runs = run_alone([job for _, _, job in pairs], 1, require_isolation=self.require_isolation,
+                                     allow_unisolated=self.allow_unisolated)
+                    for (key, kind, _), [result] in zip(pairs, runs):
+                        got[key][kind].append(result)
+                    self.timed_runs += len(pairs)
+                for key, (nulls, bares) in got.items():
+                    self._timings[key] = null = Timing.of(nulls)
+                    bare = Timing.of(bares) if bares else Timing(None, None, None, 0)
+                    self._avoidable[key] = _avoidable(null, bare)
             for key in todo:
                 self._timings.setdefault(key, Timing(None, None, None, 0))
+                self._held(key)
             return self._cached(keys)
+
+    def harness(self, references: Sequence[Job]) -> list[float]:
+        """Per reference job (call :meth:`nulls` first): the share of its null program's time that
+        a program could skip by serving the judge's pipe itself, ``1 - t_bare / t_null`` (the
+        median over their interleaved rounds); 1 where the bare program could not be timed (all of
+        the harness counted as avoidable), 0 where there is no null program (``t_null`` is 0)."""
+        out = []
+        with self._lock:
+            for job in references:
+                key = self._null_of(job)[0]
+                timed = key in self._timings and self._timings[key].best is not None
+                out.append(self._avoidable.get(key, 1.0) if timed else 0.0)
+        return out
 
     def _cached(self, keys: Sequence[tuple]) -> list[Timing]:
         """The cached timings of ``keys`` (marked recently used), the cache then trimmed to size."""
@@ -361,10 +384,20 @@ class CodeExecutor:
         self._trim()
         return out
 
+    def _held(self, key: tuple) -> None:
+        """Count the bytes of timing entry ``key`` (its key's strings, its times, its record)."""
+        timing = self._timings.get(key)
+        runs = () if timing is None else (timing, *(timing.against or ()))
+        size = _footprint(key, self._records.get(key)) + 16 * sum(len(t.times) for t in runs)
+        self._timings_held += size - self._sizes.get(("timing", key), 0)
+        self._sizes[("timing", key)] = size
+
     def _trim(self) -> None:
-        while len(self._timings) > self.cache_size:
+        while self._timings and (len(self._timings) > self.cache_size or self._timings_held > self.cache_bytes):
             key, _ = self._timings.popitem(last=False)
             self._records.pop(key, None)
+            self._avoidable.pop(key, None)
+            self._timings_held -= self._sizes.pop(("timing", key), 0)
 
     def _null_of(self, reference: Job) -> tuple[tuple, Job | None]:
         null = null_job(reference, self._records.get((True, *_job_key(reference))))
@@ -372,20 +405,16 @@ class CodeExecutor:
 
     def time_against(self, pairs: Sequence[tuple[Job, Job]]) -> list[tuple[Timing, Timing, Timing]]:
         """For ``(reference job, program job)`` pairs: ``(reference Timing, null Timing, program
-        Timing)`` (the null program's: see :meth:`nulls`; call :meth:`timings` with
-        ``reference=True`` first, which records what the null program replays).
+        Timing)``, the first two of the program's own window (call :meth:`timings` with
+        ``reference=True`` first, which records what the null program replays; :meth:`nulls`).
 
-        The program's ``timing_repeats`` runs alternate with new runs of its reference (one more:
-        before the first and after each) and of the null program, all alone, so the three are
-        timed under the same conditions; the cached timings of the reference and the null
-        program take the new runs in (their best only ever falls towards the uncontended time).
-        Where the reference's runs show that the machine slows runs down (more than :data:`FAIR`
-        x its best), the program gets more rounds (up to ``extra_repeats`` more:
-        :func:`_runs_needed`). A window in which no reference run was unslowed is compared within
-        itself where the slowdown was even (:func:`_steady`: every reference run and every run of
-        the program within :data:`FAIR` x the window's own best; the program's Timing carries the
-        window's reference and null timings in ``against``); otherwise the program's timing is
-        ``disturbed`` (efficiency abstains)."""
+        The window: one run of the reference, then rounds of (program, null program, reference),
+        all alone, so that the three are timed under the same conditions; the program is compared
+        with these runs (at the floor the reference's runs of all time have shown, or within a
+        steady window: :func:`mrgrpo.rewards.timing.window_score`). ``timing_repeats`` rounds, and
+        up to ``extra_repeats`` more while the window shows neither; then the program's timing is
+        ``disturbed`` (efficiency abstains). The cached timings of the reference and the null
+        program take the window's runs in."""
         repeats = self.timing_repeats
         with self._lock:
             todo: dict[tuple, tuple[Job, Job, tuple, Job | None]] = {}
@@ -395,7 +424,7 @@ class CodeExecutor:
                     todo[key] = (ref, gen, *self._null_of(ref))
             for key, (ref, gen, null_key, null) in todo.items():
                 ref_key = (True, *_job_key(ref))
-                before = self._timings.get(ref_key)
+                history = [self._timings.get(k) for k in (ref_key, null_key)]
                 got: dict[str, list[Result]] = {"null": [], "ref": [], "gen": []}
                 jobs = {"null": null, "ref": ref, "gen": gen}
 
@@ -407,96 +436,47 @@ class CodeExecutor:
                         got[kind].append(result)
                     self.timed_runs += len(kinds)
 
-                # the reference, then rounds of (program, null program, reference), as many as it
-                # takes for the program's minimum to include an unslowed run (_runs_needed)
+                def window() -> tuple[Timing, Timing, Timing]:
+                    ref_window, null_window = Timing.of(got["ref"]), Timing.of(got["null"])
+                    floors = []
+                    for past, now in zip(history, (ref_window, null_window)):
+                        best = [t.best for t in (past, now) if t is not None and t.best is not None and t.clock == ref_window.clock]
+                        floors.append(min(best) if best else 0.0)
+                    return dataclasses.replace(Timing.of(got["gen"]), floors=tuple(floors)), ref_window, null_window
+
                 timed("ref")
                 cap = repeats + self.extra_repeats
-                while len(got["gen"]) < min(cap, _runs_needed(got["ref"], before, repeats)):
+                while True:
                     timed("gen", "null", "ref")
+                    rounds = len(got["gen"])
                     if not got["gen"][-1].passed:  # a failed run decides: efficiency 0
                         break
-                for cached_key, kind in ((ref_key, "ref"), (null_key, "null")):
+                    if not all(r.passed for r in got["ref"] + got["null"]):  # nothing to compare with
+                        break
+                    if rounds >= cap or (rounds >= repeats and window_score(*window()) is not None):
+                        break
+                for cached_key, kind in (ref_key, "ref"), (null_key, "null"):
                     if got[kind]:
                         fresh = Timing.of(got[kind])
                         self._timings[cached_key] = (self._timings[cached_key].merged(fresh)
                                                      if cached_key in self._timings else fresh)
-                timing = Timing.of(got["gen"])
-                against = (self._timings.get(ref_key, Timing(None, None, None, 0)),
-                           self._timings.get(null_key, Timing(None, None, None, 0)))
-                disturbed = _disturbed(got["ref"], before)
-                if disturbed and _steady(got["ref"]) and _steady(got["gen"]):
-                    # one spell slowed the whole window evenly: its runs compare with each other
-                    disturbed, against = False, (Timing.of(got["ref"]), Timing.of(got["null"]))
-                self._timings[key] = dataclasses.replace(timing, disturbed=disturbed, against=against)
+                        self._held(cached_key)
+                timing, ref_window, null_window = window()
+                disturbed = timing.best is not None and window_score(timing, ref_window, null_window) is None
+                self._timings[key] = dataclasses.replace(timing, disturbed=disturbed, against=(ref_window, null_window))
+                self._held(key)
             out = []
             for ref, gen in pairs:
                 keys = ((True, *_job_key(ref)), self._null_of(ref)[0], (False, *_job_key(gen)))
                 for k in keys:
-                    self._timings.setdefault(k, Timing(None, None, None, 0))
+                    if k not in self._timings:
+                        self._timings[k] = Timing(None, None, None, 0)
+                        self._held(k)
                     self._timings.move_to_end(k)
                 ref_timing, null_timing, timing = (self._timings[k] for k in keys)
                 out.append((*timing.against, timing) if timing.against else (ref_timing, null_timing, timing))
             self._trim()
         return out  # type: ignore[return-value]
-
-
-#: A reference run is *unslowed* when it took at most this factor of the reference's best. Runs
-#: of one program on a 2-vCPU VM fall in two bands: near the uncontended time (spread up to
-#: ~1.2x among themselves) and ~1.6x slower (a run shares its core); 1.25 splits them.
-FAIR = 1.25
-#: The chance, as the reference's runs estimate it, that every run of a program was slowed down
-#: (so that its minimum is not its unslowed time) that the number of rounds keeps under.
-MISS = 0.05
-#: References faster than this are not judged for slowdowns: runs this short spread in steps far
-#: wider than any slowdown; the program gets ``timing_repeats`` runs, and no window abstains.
-FAIRNESS_MIN_S = 1e-3
-
-
-def _reference_times(window: Sequence[Result], history: Timing | None) -> list[float] | None:
-    times = [r.cpu_time for r in window]
-    if (history is None or history.best is None or history.best < FAIRNESS_MIN_S or not times
-            or not all(r.passed for r in window) or None in times):
-        return None
-    return list(history.times) + times  # type: ignore[arg-type]
-
-
-def _runs_needed(window: Sequence[Result], history: Timing | None, repeats: int) -> int:
-    """How many runs the program needs so that, if its runs are slowed down as often as the
-    reference's are (the share of the reference's runs, before and in this window, over
-    :data:`FAIR` x its best), all of them are slowed with a chance under :data:`MISS`; at least
-    ``repeats``."""
-    times = _reference_times(window, history)
-    if times is None:
-        return repeats
-    best = min(times)
-    unslowed = sum(t <= FAIR * best for t in times) / len(times)
-    if unslowed >= 1.0:
-        return repeats
-    return max(repeats, math.ceil(math.log(MISS) / math.log(1.0 - unslowed)))
-
-
-def _steady(window: Sequence[Result]) -> bool:
-    """At least two runs, all passed, each within :data:`FAIR` x the window's own best: the
-    machine ran them at one speed (a spell that slows runs down slows them by one factor)."""
-    times = [r.cpu_time for r in window]
-    if len(times) < 2 or None in times or not all(r.passed for r in window):
-        return False
-    return max(times) <= FAIR * min(times)  # type: ignore[type-var, operator]
-
-
-def _disturbed(window: Sequence[Result], history: Timing | None) -> bool:
-    """No reference run of this window was unslowed (within :data:`FAIR` x the reference's best):
-    the machine slowed the whole window down, so the program's runs cannot be compared."""
-    times = _reference_times(window, history)
-    if times is None:
-        return False
-    best = min(times)
-    return all(t > FAIR * best for t in times[len(times) - len(window):])
-
-
-def _base(null: Timing, reference: Timing) -> float:
-    """``t_null``: the null program's best time, 0 where it has none (or another clock)."""
-    return null.best if null.best is not None and null.clock == reference.clock else 0.0
 
 
 def _column(columns: dict, name: str, n: int, default: Any = None) -> list:
@@ -551,16 +531,54 @@ class CodeRewardState:
 
     ``min_reference_s``: ``efficiency`` is left unscored (``None``) for problems whose
     reference takes less beyond its null program (the timing cannot resolve them; see
-    docs/sandbox.md)."""
+    docs/sandbox.md). ``max_harness_share``: a program that serves its end of the judge's pipe
+    itself pays less harness time than the trusted server, down to the bare program's
+    (:meth:`CodeExecutor.harness`); the most it can save, as a share of the reference's own
+    work, is deducted from every score (so such a program is never paid for its protocol), and
+    where it exceeds ``max_harness_share`` the problem is not scored (the deduction would
+    distort honest scores by more). ``None``: neither (the unbounded ratio; neither applies
+    where ``min_reference_s`` is 0)."""
 
-    def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3):
+    def __init__(self, executor: CodeExecutor, time_reference: bool, min_reference_s: float = 1e-3,
+                 max_harness_share: float | None = 0.15):
         self.executor = executor
         self.time_reference = time_reference
         self.min_reference_s = min_reference_s
+        self.max_harness_share = max_harness_share
+
+    def avoidable_share(self, reference: Timing, null: Timing, avoidable: float = 1.0,
+                        floors: tuple[float, float] | None = None) -> float:
+        """The most a program could gain by serving the judge's pipe itself, as a share of the
+        reference's own work: ``avoidable * t_null / (t_ref - t_null)`` (``avoidable``: the share
+        of the null program's time it could skip, :meth:`CodeExecutor.harness`; 1 by default, all
+        of it; the ratio from ``floors``, a program's window's, else the timings' best times:
+        :func:`mrgrpo.rewards.timing.harness_ratio`); 0 where ``max_harness_share`` is ``None``
+        or ``min_reference_s`` is 0."""
+        if self.max_harness_share is None or not self.min_reference_s:
+            return 0.0
+        return avoidable * harness_ratio(reference, null, floors) if avoidable else 0.0
 
     def resolves(self, reference: Timing, null: Timing) -> bool:
-        """The reference's time beyond its null program's is at least ``min_reference_s`` (or that is 0)."""
-        return not self.min_reference_s or (reference.best or 0.0) - _base(null, reference) >= self.min_reference_s
+        """The reference's time beyond its null program's is at least ``min_reference_s`` (always,
+        where ``min_reference_s`` is 0: every problem scored)."""
+        if not self.min_reference_s:
+            return True
+        return (reference.best or 0.0) - base(null, reference) >= self.min_reference_s
+
+    def score(self, reference: Timing, null: Timing, program: Timing, avoidable: float = 1.0) -> float | None:
+        """A program's efficiency from its window (:meth:`CodeExecutor.time_against`: the window's
+        reference and null program timings), less the most it could have gained by serving its
+        own pipe (:meth:`avoidable_share`, from the floors of the program's window): ``None`` where the window's
+        reference does not resolve (:meth:`resolves`), where that share is over
+        ``max_harness_share``, or where the window is disturbed; 0 where a run of the program
+        failed."""
+        if not self.resolves(reference, null):
+            return None
+        share = self.avoidable_share(reference, null, avoidable, program.floors)
+        if self.max_harness_share is not None and share > self.max_harness_share:
+            return None
+        value = window_efficiency(program, reference, null)
+        return max(0.0, value - share) if value else value
 
     def batch(self, completions: list, columns: dict) -> _Batch:
         return _Batch(self, completions, columns)
@@ -614,15 +632,12 @@ def _components(state: CodeRewardState) -> dict[str, RewardComponent]:
             references = executor.timings(ref_jobs, reference=True)
             passing = [(i, job, r) for i, job, r in zip(timed, ref_jobs, references) if r.best is not None]
             nulls = executor.nulls([job for _, job, _ in passing])
+            avoidables = executor.harness([job for _, job, _ in passing])
             # scored where the reference's own work (its time beyond the harness's) is resolvable
-            resolved = [i for (i, _, r), n in zip(passing, nulls) if state.resolves(r, n)]
-            timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i in resolved])
-            for i, (r, n, g) in zip(resolved, timings):
-                if g.best is not None and g.clock != r.clock:  # pragma: no cover - /proc readable for one only
-                    g = Timing(None, None, None, g.repeats)
-                if not state.resolves(r, n) or g.disturbed:  # not resolvable by the fresh runs, or no fair window
-                    continue
-                out[i] = efficiency(g.best, r.best, _base(n, r))  # a repeat that failed (g.best None) scores 0
+            resolved = [(i, a) for (i, _, r), n, a in zip(passing, nulls, avoidables) if state.resolves(r, n)]
+            timings = executor.time_against([(batch.job(i, reference=True), batch.job(i)) for i, _ in resolved])
+            for (i, a), (r, n, g) in zip(resolved, timings):
+                out[i] = state.score(r, n, g, a)
         return out
 
     def pass_rate(prompts, completions, **columns):
@@ -677,6 +692,8 @@ def code_suite(
     reference_repeats: int = 7,
     min_reference_s: float = 1e-3,
     extra_repeats: int = 6,
+    cache_bytes: int = 128 << 20,
+    max_harness_share: float | None = 0.15,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
@@ -689,16 +706,21 @@ def code_suite(
     ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``) accepts Python-level guards only;
     ``require_isolation`` also refuses a sandbox without a private root (namespaces).
     ``timing_repeats``, ``reference_repeats``, ``extra_repeats``, ``min_reference_s``: the efficiency timing (see
-    the module docstring and docs/sandbox.md).
+    the module docstring and docs/sandbox.md); ``max_harness_share``: what a program serving its own end of
+    the judge's pipe could save (the null program's time beyond the bare program's, as a share of
+    the reference's own work) is deducted from every efficiency, and ``efficiency`` abstains where
+    it exceeds this share (``None``: neither; docs/sandbox.md).
+    ``cache_size``, ``cache_bytes``: the bounds of the result cache (entries, bytes), and of the
+    timing cache.
     """
     components = tuple(components)
     executor = CodeExecutor(
         _limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated,
-        timing_repeats, reference_repeats, extra_repeats,
+        timing_repeats, reference_repeats, extra_repeats, cache_bytes,
     )
     if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
         probe(require_isolation=require_isolation, allow_unisolated=allow_unisolated)
-    state = CodeRewardState(executor, "efficiency" in components, min_reference_s)
+    state = CodeRewardState(executor, "efficiency" in components, min_reference_s, max_harness_share)
     available = _components(state)
     unknown = [c for c in components if c not in available]
     if unknown:

@@ -72,7 +72,6 @@ import logging
 import marshal
 import os
 import random
-import shutil
 import sys
 import tempfile
 import threading
@@ -85,6 +84,7 @@ from functools import lru_cache
 from mrgrpo.errors import ConfigError, IsolationError
 from mrgrpo.rewards.sandbox import processes
 from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, free_names
+from mrgrpo.rewards.sandbox.cleanup import remove_workdir
 from mrgrpo.rewards.sandbox.null import null_job
 from mrgrpo.rewards.sandbox.results import Job, Limits, Result, Verdict
 
@@ -169,6 +169,7 @@ def _payloads(
         "uid": uid,
         "stdlib": processes._interpreter()[1],
         "tmpfs_kb": limits.tmpfs_mb * 1024,
+        "tmpfs_inodes": max(64, int(limits.tmpfs_inodes)),
         "cpu_s": max(1, int(limits.cpu_s)),
         "fsize": limits.file_size_mb << 20,
         "nofile": limits.open_files,
@@ -244,7 +245,7 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
                 workdir = None
     finally:
         if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_workdir(workdir)  # iterative, bounded in time; never raises (logs what it left)
         with _uids_lock:
             _uids_in_use.discard(uid)
     if result.error_type == "IsolationUnavailable":

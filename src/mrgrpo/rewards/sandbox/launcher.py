@@ -34,7 +34,9 @@ from collections.abc import Sequence
 
 #: The start of every sandbox interpreter's ``-c`` program: read the marshalled bootstrap from
 #: stdin (10-digit length, then ``(name, code)`` pairs, see :mod:`.child`) and execute each as the
-#: module ``_mrgrpo_sandbox.<name>``; ``g`` is the namespace of ``boot``. Callers append the line
+#: module ``_mrgrpo_sandbox.<name>`` (their builtins: a copy of the interpreter's, taken before anything
+#: untrusted runs, so that a program's changes to ``builtins`` never reach the sandbox's own code);
+#: ``g`` is the namespace of ``boot``. Callers append the line
 #: that hands control to the bootstrap.
 STUB_PREFIX = (
     "import posix,marshal,sys\n"
@@ -45,9 +47,9 @@ STUB_PREFIX = (
     "  if not c: posix._exit(70)\n"
     "  b+=c\n"
     " return b\n"
-    "M=type(sys);P='_mrgrpo_sandbox';p=M(P);p.__path__=[];sys.modules[P]=p\n"
+    "M=type(sys);P='_mrgrpo_sandbox';p=M(P);p.__path__=[];sys.modules[P]=p;B=dict(vars(sys.modules['builtins']))\n"
     "for _n,_c in marshal.loads(_read(int(_read(10)))):\n"
-    " m=M(P+'.'+_n);m.__package__=P;sys.modules[m.__name__]=m;setattr(p,_n,m);exec(_c,m.__dict__)\n"
+    " m=M(P+'.'+_n);m.__package__=P;m.__builtins__=B;sys.modules[m.__name__]=m;setattr(p,_n,m);exec(_c,m.__dict__)\n"
     "g=sys.modules[P+'.boot'].__dict__\n"
 )
 _STUB = STUB_PREFIX + (

@@ -9,8 +9,14 @@ it is built by the caller from what a passing reference answered in a recording 
 its restricted decoder), defines the same names, and answers every call
 with the reference's recorded answer, in order, so the judge makes the same calls with the
 same arguments (timing runs seed the judge's ``random``) and every reply encodes as the
-reference's did. Its time, ``t_null``, is what ``mrgrpo.rewards.code.efficiency`` subtracts
+reference's did. Its time, ``t_null``, is what ``mrgrpo.rewards.timing.efficiency`` subtracts
 from both sides. It is trusted code of the caller's making: no candidate sees it or its time.
+
+The *bare program* (:func:`bare_program`), built from the same record, serves the pipe from its
+own top level with the least work any program must do (one read per request, one write of the
+recorded answer encoded beforehand): a program serving its own end of the pipe pays no less
+harness time than it, so the null program's time beyond it bounds what such a program can gain
+(``mrgrpo.rewards.code``: deducted from efficiency).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import keyword
 import marshal
 
-from mrgrpo.rewards.sandbox.child.wire import Budget, WireError, decode
+from mrgrpo.rewards.sandbox.child.wire import Budget, NotPlainData, WireError, decode, encode
 from mrgrpo.rewards.sandbox.results import Job
 
 _HEADER = """
@@ -87,6 +93,80 @@ def null_program(job: Job, record: bytes) -> str | None:
 def null_job(job: Job, record: bytes | None) -> Job | None:
     """The null program of the reference ``job`` as a job with the same tests, or ``None``."""
     program = null_program(job, record) if record else None
+    if program is None:
+        return None
+    return Job(program, job.tests, job.test_format, job.entry_point, job.limits, job.context)
+
+
+# The bare program's loop: the least a program must do to serve the judge (the request it runs in
+# answered from its top level; then per request one read, one write of an answer encoded
+# beforehand). Its names start with _mrgrpo (the judge resolves the entry point only).
+_BARE = """
+from marshal import loads as _mrgrpo_loads
+from posix import read as _mrgrpo_read, write as _mrgrpo_write, _exit as _mrgrpo_exit
+_mrgrpo_frames = iter(_mrgrpo_loads({frames!r}))
+_mrgrpo_named = {named!r}
+_mrgrpo_write(4, next(_mrgrpo_frames))
+while True:
+    _mrgrpo_data = _mrgrpo_read(3, 65536)
+    if len(_mrgrpo_data) < 5:
+        _mrgrpo_exit(0)
+    _mrgrpo_size = 5 + int.from_bytes(_mrgrpo_data[:4], "big")
+    while len(_mrgrpo_data) < _mrgrpo_size:
+        _mrgrpo_more = _mrgrpo_read(3, _mrgrpo_size - len(_mrgrpo_data))
+        if not _mrgrpo_more:
+            _mrgrpo_exit(0)
+        _mrgrpo_data += _mrgrpo_more
+    if _mrgrpo_data[4] == 82:  # R: the names
+        _mrgrpo_write(4, _mrgrpo_named)
+    else:
+        _mrgrpo_write(4, next(_mrgrpo_frames, b""))
+"""
+
+
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + kind + payload
+
+
+def bare_program(job: Job, record: bytes) -> str | None:
+    """The *bare program* of ``job`` (the reference's) from its run's ``record``: the trusted
+    context, then a top level that serves the judge's pipe itself with the least work any
+    program can (one read per request, one write of the reference's answer encoded beforehand:
+    no decoding, no call, no encoding). Its time is the least harness cost a program on this
+    problem can pay, however it talks to the judge; the null program's time beyond it is what
+    a program serving its own pipe could save (``mrgrpo.rewards.code``: efficiency deducts it).
+    ``None`` where the record cannot be replayed."""
+    try:
+        answers, replies = decode(record, Budget(1 << 22, 2 * 10**9))
+    except (WireError, TypeError, ValueError):
+        return None
+    if type(answers) is not tuple or type(replies) is not tuple:
+        return None
+    frames = []
+    for reply in replies:
+        if type(reply) is not tuple or len(reply) != 2:
+            return None
+        ok, value = reply
+        try:
+            frames.append(_frame(b"O" if ok is True else b"E", encode(value)))
+        except NotPlainData:
+            return None
+    if job.test_format == "stdio":
+        named = b""
+    else:
+        if not all(type(a) is tuple and len(a) == 2 for a in answers):
+            return None
+        frames.insert(0, _frame(b"O", encode(None)))  # the load request the top level runs in
+        named = _frame(b"O", encode(tuple(answer for _, answer in answers)))
+    context = job.context if job.context and job.program.startswith(job.context.rstrip()) else ""
+    if job.test_format == "stdio":
+        context = ""  # a stdio program's context is not loaded apart from it
+    return (context.rstrip() + "\n" if context else "") + _BARE.format(frames=marshal.dumps(tuple(frames)), named=named)
+
+
+def bare_job(job: Job, record: bytes | None) -> Job | None:
+    """The bare program of the reference ``job`` as a job with the same tests, or ``None``."""
+    program = bare_program(job, record) if record else None
     if program is None:
         return None
     return Job(program, job.tests, job.test_format, job.entry_point, job.limits, job.context)

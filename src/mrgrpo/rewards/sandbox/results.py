@@ -30,6 +30,8 @@ class Limits:
         file_size_mb: largest file the program may write (``RLIMIT_FSIZE``).
         open_files: ``RLIMIT_NOFILE``.
         tmpfs_mb: size of the private filesystem (isolated mode).
+        tmpfs_inodes: files and directories it may hold (``nr_inodes``: each costs the kernel
+            about 1 KiB that ``tmpfs_mb`` does not count).
         output_bytes: stdout and stderr are each kept up to this many bytes.
         kill_output_bytes: a run writing more than this in total is killed
             (verdict ``error``, ``error_type`` ``OutputLimitExceeded``).
@@ -46,6 +48,7 @@ class Limits:
     file_size_mb: int = 16
     open_files: int = 64
     tmpfs_mb: int = 64
+    tmpfs_inodes: int = 16384
     output_bytes: int = 64 * 1024
     kill_output_bytes: int = 8 * 1024 * 1024
     reply_bytes: int = 16 * 1024 * 1024
@@ -110,7 +113,7 @@ class Result:
             :func:`mrgrpo.rewards.sandbox.null_job` builds the problem's null program; ``None``
             otherwise, or where an answer could not be kept.
         isolation: the layers in force in the candidate, e.g.
-            ``netns,mountns,ipcns,chroot,uid,landlock,seccomp,guards`` (root),
+            ``netns,mountns,ipcns,pidns,chroot,uid,landlock,seccomp,guards`` (root),
             ``userns,netns,mountns,ipcns,pidns,chroot,landlock,seccomp,guards`` (no root),
             ``uid,landlock,seccomp,guards`` (root, namespaces refused), ``landlock,seccomp,guards``
             (namespaces refused), ``nocaps,landlock,seccomp,guards`` (uid 0 of a user namespace

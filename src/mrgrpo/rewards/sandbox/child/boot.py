@@ -100,6 +100,26 @@ def _zygote(control_fd, userns_fd=-1, stdlib=None):
     _serve(control_fd, live, _fork_role)
 
 
+_IMAGE_TRIED = False
+
+
+def _build_image():
+    """The standard library's image for candidates without a private root
+    (:func:`~.confine.stdlib_image`), once, on this launcher's first fork of a candidate (the
+    candidate launcher, where it runs, serves every candidate with a private root; this launcher
+    forks the others); the heap it leaves frozen again, as after the preload."""
+    import gc
+    import sys
+
+    global _IMAGE_TRIED
+    _IMAGE_TRIED = True
+    library = getattr(sys.modules.get("os"), "__file__", None)
+    if library:
+        confine.stdlib_image(library.rpartition("/")[0])
+    gc.collect()
+    gc.freeze()
+
+
 def _fork_role(message, fds, control, wake_r, wake_w):
     """The launcher's fork: ``(pid, pid to report)``, or None for a message it does not serve."""
     import posix
@@ -107,6 +127,8 @@ def _fork_role(message, fds, control, wake_r, wake_w):
     role = {(b"C", 5): "candidate", (b"K", 1): "judge"}.get((message[:1], len(fds)))
     if role is None:
         return None
+    if role == "candidate" and confine.IMAGE_PATH is None and not _IMAGE_TRIED:
+        _build_image()
     pid = posix.fork()
     if pid == 0:
         _zygote_child(role, fds, control, wake_r, wake_w)
@@ -199,19 +221,20 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
 
     Not real root, this process first unshares a user namespace (mapping the caller's uid and
     gid to themselves) and a PID namespace and forks the launcher proper, process 1 of that PID
-    namespace, then stays outside as its relay; the launcher proper forks each candidate into a
-    PID namespace of its own (``unshare(CLONE_NEWPID)`` before the fork, ``setns`` back to its
-    own after it), so the candidate is process 1 there, with one fork and no relay. As real
-    root there is neither (each candidate drops to a fresh uid of its own instead).
+    namespace, then stays outside as its relay. As real root there is no user namespace and no
+    relay (each candidate also drops to a fresh uid of its own). In both, the launcher proper
+    forks each candidate into a PID namespace of its own (``unshare(CLONE_NEWPID)`` before the
+    fork, ``setns`` back to its own after it), so the candidate is process 1 there, with one fork
+    and no relay: it can name no other process (signal, time or probe one).
 
     Then, once: a network namespace with no interface but a loopback that stays down, an IPC
     namespace, and a mount namespace whose root is the candidates' prepared root
-    (:func:`~.confine.prepare_root`: the standard library read-only, three devices, an empty
+    (:func:`~.confine.prepare_root`: a read-only copy of the standard library in memory, three devices, an empty
     ``/tmp``). Each candidate makes only its own mount namespace (a copy of those few mounts)
     with its own size-capped tmpfs on ``/tmp``, its working directory in it, and drops every
     capability (:func:`~.confine.confine`). Candidates share the network and IPC namespaces
     (and, not root, the user namespace) and nothing in them: each is alone in its PID namespace
-    or has a uid of its own, none holds a capability, and the seccomp filter refuses every call
+    (and, as root, has a uid of its own), none holds a capability, and the seccomp filter refuses every call
     through which they could meet there (any socket but an ``AF_UNIX`` pair, any socket address,
     SysV IPC and POSIX message queues, the key calls of a user namespace's keyrings). So this
     launcher starts only where a child of it can install that filter and make a candidate's
@@ -248,9 +271,9 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
             if child:
                 confine._relay(child)
             _harden(pdeathsig=True)  # ends with its relay (and everything in its PID namespace with it)
-            own = posix.open("/proc/self/ns/pid", posix.O_RDONLY | posix.O_CLOEXEC)
             # the caller's /proc, kept for the pids of the candidates as the caller sees them
             proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
+        own = posix.open("/proc/self/ns/pid", posix.O_RDONLY | posix.O_CLOEXEC)
         me = int(posix.readlink("/proc/self"))  # as the caller sees it (the caller's /proc)
         if libc.unshare(confine._CLONE_NEWNS | confine._CLONE_NEWNET | confine._CLONE_NEWIPC) != 0:
             posix._exit(0)
@@ -264,7 +287,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
         def fork(message, fds, control, wake_r, wake_w):
             if (message[:1], len(fds)) != (b"C", 5):
                 return None
-            if not real_root and libc.unshare(_CLONE_NEWPID) != 0:  # never fork a candidate into this PID namespace
+            if libc.unshare(_CLONE_NEWPID) != 0:  # never fork a candidate into this PID namespace
                 return False
             try:
                 pid = posix.fork()
@@ -272,12 +295,12 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
                 pid = -1
             if pid == 0:
                 _zygote_child("candidate", fds, control, wake_r, wake_w)
-            if real_root:
-                return False if pid < 0 else (pid, pid)
             if libc.setns(own, _CLONE_NEWPID) != 0:  # the next candidate's PID namespace: not this one's
                 posix._exit(71)
             if pid < 0:
                 return False
+            if real_root:  # this launcher is in the caller's PID namespace: the pid is the caller's
+                return pid, pid
             host = _caller_pid(pid, proc)
             if host is None:
                 try:
@@ -373,7 +396,12 @@ def _zygote_child(role, fds, control, wake_r, wake_w):
             _arrange([null, null, null, null, null, null, fds[0]], 0)
             _judge_server(6, lambda n: _read_exact(0, n))
         else:
-            _arrange(fds, 0)
+            image = None
+            if confine.IMAGE_PATH is not None:
+                # a description of the image of its own: the launcher's, which every candidate
+                # would share, has one file offset that one could move and another read
+                image = posix.open(confine.IMAGE_PATH, posix.O_RDONLY | posix.O_CLOEXEC)
+            _arrange(fds, 0, None if image is None else (image, confine.IMAGE_FD))
             _candidate_main(read)
         code = 0
     except SystemExit:

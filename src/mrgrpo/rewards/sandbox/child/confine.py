@@ -8,21 +8,22 @@ layers this system allows and returns their names (``Result.isolation``):
   themselves, so the namespaces below need no privilege; every capability is dropped once
   the private root is built.
 * ``netns``, ``mountns``, ``ipcns``: no network, a private mount table, an IPC namespace that is
-  not the host's; ``pidns`` (not real root: the program shares the caller's uid): a private
-  process tree (the program is process 1 of it: no other process can be named, so none can be
-  signalled or traced). Started by the launcher's candidate launcher
-  (:func:`~.boot._candidate_launcher`), the candidate is already in that launcher's network and
-  IPC namespaces (and, not real root, its user namespace, and process 1 of a fresh PID
-  namespace) and under its prepared root (:func:`prepare_root`): it makes only its own mount
+  not the host's; ``pidns``: a private process tree (the program is process 1 of it: no other
+  process can be named, so none can be signalled, traced, probed or timed). Started by the
+  launcher's candidate launcher (:func:`~.boot._candidate_launcher`), the candidate is already in
+  that launcher's network and IPC namespaces (and, not real root, its user namespace), process 1
+  of a fresh PID namespace, and under its prepared root (:func:`prepare_root`): it makes only its own mount
   namespace and tmpfs (:func:`_launcher_namespaces`); what it shares with other candidates holds
   nothing it can reach through the seccomp filter, which such a candidate never runs without.
   Otherwise it makes them all here, and the process that created the PID namespace stays
   outside as a *relay* that only waits and exits as its child did.
-* ``chroot``: the candidate launcher's read-only root (the standard library, read-only bind,
-  ``site-packages`` hidden; ``/dev/null``, ``/dev/zero``, ``/dev/urandom``) with a size-capped
+* ``chroot``: the candidate launcher's read-only root (a copy of the standard library in
+  memory, without tests, tools and ``site-packages``: :func:`copy_stdlib`; ``/dev/null``,
+  ``/dev/zero``, ``/dev/urandom``) with a size-capped
   tmpfs of the run's own on ``/tmp`` holding the working directory ``/tmp/work``; or, for a
   candidate making its own namespaces, a fresh root with the same content on a size-capped
-  tmpfs mounted over the (private view of the) working directory.
+  tmpfs mounted over the (private view of the) working directory, the standard library there a
+  read-only bind of the host's (``site-packages`` hidden).
 * ``uid`` (real root, with or without the namespaces; uid 0 of a user namespace that may make
   none, where another uid is mapped in it): a drop to a fresh per-run uid and gid (or a mapped
   one), no groups, no capability in any set (:func:`_drop_root`).
@@ -32,13 +33,18 @@ layers this system allows and returns their names (``Result.isolation``):
 
 Every candidate is checked before it runs (:func:`_capabilities_gone`): one that still holds a
 capability, or is uid 0 where execve could give some back, exits (status 71) instead.
-* ``landlock`` (where the kernel has it): reading only the standard library and the devices,
+* ``landlock`` (where the kernel has it): reading only the standard library (without a private
+  root, none of the host's files: the launcher's image in memory, :func:`stdlib_image`) and the devices,
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
   other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
   ``AF_UNIX`` only), every call giving a socket an address or reaching one by address
   (``bind``, ``connect``, ``listen``, ``accept``, ``sendto``, ``sendmsg``), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
-  ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory.
+  ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory;
+  ``openat`` that may write relative to a directory fd, ``openat2``, ``mknod``/``mknodat``,
+  ``memfd_create``, socket buffer sizes (``setsockopt`` ``SO_SNDBUF``/``SO_RCVBUF``); the calls
+  that only serve to set or read state other runs share (page-cache advice and probes, file
+  events, file locks, shared futexes: see the comment on the filter's tables).
 
 Each layer is tried independently: a system that refuses namespaces (Docker's default seccomp
 profile) still gets Landlock and seccomp. ``job["refuse"]`` names layers not to try (tests
@@ -138,10 +144,10 @@ def _namespaces(job, layers):
     _, libc, _ = _c()
     real_root = _real_root()
     uid, gid = posix.geteuid(), posix.getegid()
-    # As real root the program gets a fresh uid of its own (no process of it to signal or trace),
-    # so a PID namespace would add a fork per run for nothing; without root it shares the
-    # caller's uid, and its own process tree is what keeps the caller out of its reach.
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | (0 if real_root else _CLONE_NEWUSER | _CLONE_NEWPID)
+    # A PID namespace in every case: without root the program shares the caller's uid, and its
+    # own process tree is what keeps the caller out of its reach; as root (a fresh uid of its own)
+    # it still could name, probe and time every other process of the host without one.
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWPID | (0 if real_root else _CLONE_NEWUSER)
     if libc.unshare(flags) != 0:
         raise OSError("unshare refused")
     if not real_root:
@@ -155,46 +161,45 @@ def _namespaces(job, layers):
             libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         layers.append("userns")
     layers += ["netns", "mountns", "ipcns"]
-    if not real_root:
-        child = posix.fork()
-        if child:
-            _relay(child)
-        libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
-        layers.append("pidns")
+    child = posix.fork()
+    if child:
+        _relay(child)
+    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    layers.append("pidns")
     return real_root
 
 
 def _launcher_namespaces(job, layers):
     """A candidate of the candidate launcher: its own mount namespace (a copy of the launcher's
     few mounts) with its own size-capped tmpfs on ``/tmp`` holding its working directory; the
-    launcher's network and IPC namespaces (and, not real root, its user namespace, and process 1
-    of a fresh PID namespace: checked, never run in one shared with any other process). Returns
+    launcher's network and IPC namespaces (and, not real root, its user namespace), process 1 of a
+    fresh PID namespace (checked: never run in one shared with any other process). Returns
     the working directory. Any failure ends the process (status 71): the launcher checked at its
     start that a candidate can do all this."""
     import posix
 
     _, libc, _ = _c()
+    if posix.getpid() != 1:
+        posix._exit(71)
     if not LAUNCHER_REAL_ROOT:
-        if posix.getpid() != 1:
-            posix._exit(71)
         layers.append("userns")
     if libc.unshare(_CLONE_NEWNS) != 0:
         posix._exit(71)
-    options = b"size=%dk,mode=1777" % (job["tmpfs_kb"],)
+    options = b"size=%dk,nr_inodes=%d,mode=1777" % (job["tmpfs_kb"], job.get("tmpfs_inodes", 16384))
     if libc.mount(b"tmpfs", _LAUNCHER_TMP.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
         posix._exit(71)
     workdir = _LAUNCHER_TMP + "/work"
     posix.mkdir(workdir, 0o700)
     if LAUNCHER_REAL_ROOT:
         posix.chown(workdir, job["uid"], job["uid"])
-    layers += ["netns", "mountns", "ipcns"] + ([] if LAUNCHER_REAL_ROOT else ["pidns"]) + ["chroot"]
+    layers += ["netns", "mountns", "ipcns", "pidns", "chroot"]
     return workdir
 
 
 def prepare_root(stdlib):
     """In the candidate launcher, once (already in mount, network and IPC namespaces of its own):
     the candidates' root, on a small tmpfs made read-only once built: the standard library
-    (read-only bind, ``site-packages`` hidden), ``/dev/null``, ``/dev/zero``, ``/dev/urandom``,
+    (a copy in memory: :func:`copy_stdlib`), ``/dev/null``, ``/dev/zero``, ``/dev/urandom``,
     and an empty ``/tmp`` on which each candidate mounts a tmpfs of its own. The launcher moves
     into it (``pivot_root``, the old root detached, so a candidate's mount namespace copies only
     these few mounts; ``chroot`` where ``pivot_root`` is refused). False where any step fails
@@ -286,7 +291,7 @@ def _new_root(job, real_root):
     top = job["workdir"]
     if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         raise OSError("mount --make-rprivate / failed")
-    options = b"size=%dk,mode=755" % (job["tmpfs_kb"],)
+    options = b"size=%dk,nr_inodes=%d,mode=755" % (job["tmpfs_kb"], job.get("tmpfs_inodes", 16384))
     if libc.mount(b"tmpfs", top.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
         raise OSError("tmpfs failed")
     try:
@@ -321,10 +326,15 @@ def _populate(job, libc, root, real_root, launcher=False):
 
     stdlib = job["stdlib"]
     makedirs(root + stdlib)
-    bind(stdlib, root + stdlib, readonly=True)
-    hidden = root + stdlib + "/site-packages"
+    if launcher:  # a copy in memory: no page of it is the host's page cache (copy_stdlib)
+        copy_stdlib(stdlib, root + stdlib, libc)
+        hidden = None
+    else:
+        bind(stdlib, root + stdlib, readonly=True)
+        hidden = root + stdlib + "/site-packages"
     try:
-        posix.stat(hidden)
+        if hidden:
+            posix.stat(hidden)
     except OSError:
         hidden = None
     if hidden and libc.mount(b"tmpfs", hidden.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, b"size=4k,mode=755") != 0:
@@ -346,6 +356,208 @@ def _populate(job, libc, root, real_root, launcher=False):
         raise OSError("chroot failed")
     posix.chdir("/")
     return _PRIVATE_WORKDIR
+
+
+#: Parts of the standard library that candidates do not import (tests, tools, GUIs, the static
+#: library archive in ``config-*``, installed packages): not in the candidates' copy.
+_STDLIB_LEFT_OUT = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo",
+                              "ensurepip", "lib2to3", "venv", "__phello__"})
+
+
+#: Candidates without a private root (namespaces refused) import the standard library from an
+#: image in memory, not from the host's files (:func:`stdlib_image`): a sealed memfd holding a zip
+#: archive, at this fd number in the launcher and in each such candidate (a description of its own).
+IMAGE_FD = 1000
+#: ``/proc/self/fd/<IMAGE_FD>`` once the launcher has built the image (None before, or without one).
+IMAGE_PATH = None
+#: The standard library's path as the launcher's modules name it (the image was made from it).
+_IMAGE_SOURCE = None
+#: Extension modules the launcher does not load for such candidates: the guards refuse importing
+#: them (a module already loaded raises no import event), or they exist only to test CPython.
+_NOT_PRELOADED = frozenset({"readline", "_sqlite3", "_dbm", "_gdbm", "_posixshmem", "_tkinter", "_ctypes_test",
+                            "_testbuffer", "_testcapi", "_testclinic", "_testimportmultiple", "_testinternalcapi",
+                            "_testmultiphase", "_xxsubinterpreters", "_xxtestfuzz", "xxlimited", "xxlimited_35"})
+
+
+def stdlib_image(stdlib):
+    """The launcher's image of the standard library for candidates without a private root (built
+    once, on its first fork of a candidate): every module of ``stdlib`` but what
+    :func:`copy_stdlib` leaves out, as its cached bytecode where that matches its source (else
+    the source), in a zip archive in a memfd sealed against any change, at fd :data:`IMAGE_FD`;
+    and every extension module of ``lib-dynload`` loaded here (a zip cannot hold them), but
+    :data:`_NOT_PRELOADED`. Such a candidate then imports from ``/proc/self/fd/<IMAGE_FD>`` and
+    may read nothing of the host's library (:func:`_import_from_image`): memfd pages are memory,
+    so no read of them changes or reveals whether a page is cached, where reads of the host's
+    files let one run leave bits for a later one (docs/sandbox.md). Returns the image's path, or
+    None where it cannot be built (the candidates then read the host's files, as before)."""
+    global IMAGE_PATH, _IMAGE_SOURCE
+    if IMAGE_PATH is not None:
+        return IMAGE_PATH
+    import fcntl
+    import importlib
+    import io
+    import posix
+    import sys
+    import zipfile
+    import zipimport
+
+    tag = sys.implementation.cache_tag
+    try:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+            todo = [""]
+            while todo:
+                relative = todo.pop()
+                for entry in posix.scandir(stdlib + relative):
+                    name = relative + "/" + entry.name
+                    if entry.name in _STDLIB_LEFT_OUT or (not relative and (
+                            entry.name.startswith("config-") or entry.name == "lib-dynload")):
+                        continue
+                    if entry.is_dir() and entry.name != "__pycache__":
+                        todo.append(name)
+                    elif entry.is_file() and entry.name.endswith(".py"):
+                        archive.writestr(*_image_entry(stdlib, name, entry.stat(), tag))
+        data = buffer.getvalue()
+        del buffer
+        fd = posix.memfd_create("mrgrpo-stdlib", posix.MFD_CLOEXEC | posix.MFD_ALLOW_SEALING)
+        try:
+            view, done = memoryview(data), 0
+            while done < len(data):
+                done += posix.write(fd, view[done:])
+            # F_ADD_SEALS: SEAL | SHRINK | GROW | WRITE: no process, candidate or not, changes it
+            fcntl.fcntl(fd, 1033, 1 | 2 | 4 | 8)
+            posix.dup2(fd, IMAGE_FD)
+        finally:
+            posix.close(fd)
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return None
+    IMAGE_PATH, _IMAGE_SOURCE = "/proc/self/fd/%d" % IMAGE_FD, stdlib
+    zipimport.zipimporter(IMAGE_PATH)  # its table of contents read here, once: every candidate inherits it
+    try:
+        names = sorted(e.name.split(".")[0] for e in posix.scandir(stdlib + "/lib-dynload") if e.name.endswith(".so"))
+    except OSError:
+        names = []
+    for name in names:
+        if name not in _NOT_PRELOADED and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+    return IMAGE_PATH
+
+
+def _image_entry(stdlib, name, info, tag):
+    """``(name in the archive, bytes)`` of module source ``name`` (relative to ``stdlib``): its
+    cached bytecode, sourceless, where the cache's header matches the source's modification time
+    and size (what the interpreter itself checks), else the source."""
+    import posix
+
+    folder, _, base = name.rpartition("/")
+    cached = "%s%s/__pycache__/%s.%s.pyc" % (stdlib, folder, base[:-3], tag)
+    try:
+        with open(cached, "rb") as handle:
+            code = handle.read()
+        flags = int.from_bytes(code[4:8], "little")
+        fresh = (flags & 1 or (int.from_bytes(code[8:12], "little") == int(info.st_mtime) & 0xFFFFFFFF
+                               and int.from_bytes(code[12:16], "little") == info.st_size & 0xFFFFFFFF))
+        if len(code) > 16 and fresh:
+            return name[1:-3] + ".pyc", code
+    except OSError:
+        pass
+    fd = posix.open(stdlib + name, posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        source = b""
+        while True:
+            chunk = posix.read(fd, 1 << 20)
+            if not chunk:
+                break
+            source += chunk
+    finally:
+        posix.close(fd)
+    return name[1:], source
+
+
+def _import_from_image(stdlib):
+    """This candidate imports only from the launcher's image (:func:`stdlib_image`): the import
+    path is the image alone and every loaded package's search path moves into it (its extension
+    modules are already loaded), so nothing of the host's library needs reading."""
+    import sys
+
+    def moved(entry):
+        for library in (stdlib, _IMAGE_SOURCE):  # the caller's real path, and the launcher's own
+            if type(entry) is str and library and (entry == library or entry.startswith(library + "/")):
+                rest = entry[len(library):]
+                return None if rest == "/lib-dynload" or rest.startswith("/lib-dynload/") else IMAGE_PATH + rest
+        return None  # nothing outside the library is importable without a private root
+
+    sys.path[:] = [IMAGE_PATH]
+    for module in list(sys.modules.values()):
+        # the module's own dict, not getattr: a lazy module's __getattr__ would import on lookup
+        search = getattr(module, "__dict__", {}).get("__path__")
+        if type(search) is list:
+            search[:] = [m for m in (moved(p) for p in search) if m]
+    sys.path_importer_cache.clear()
+
+
+def copy_stdlib(source, target, libc, size_mb=512):
+    """The candidates' standard library (candidate launcher, once): a copy of ``source``, without
+    :data:`_STDLIB_LEFT_OUT` and ``config-*``, on a tmpfs of its own at ``target`` (``size_mb`` at
+    most), read-only once copied. tmpfs pages are memory (they leave it only for swap, where there is
+    swap), so no candidate's read changes or reveals whether a page is cached, as reads of the
+    host's files did (a page no process had read was cached after a run read it, and a later run
+    could time that). Modes and modification times are kept (a module's cached bytecode is
+    checked against its source's). Walks iteratively; symbolic links stay links. Returns the
+    number of bytes copied; raises OSError (the launcher then serves no candidate)."""
+    import posix
+
+    if libc.mount(b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=%dm,mode=755" % size_mb) != 0:
+        raise OSError("tmpfs for the standard library failed")
+    copied, todo = 0, [""]
+    while todo:
+        relative = todo.pop()
+        for entry in posix.scandir(source + relative):
+            name = relative + "/" + entry.name
+            if not relative and (entry.name in _STDLIB_LEFT_OUT or entry.name.startswith("config-")):
+                continue
+            if entry.name in _STDLIB_LEFT_OUT and entry.is_dir(follow_symlinks=False):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if entry.is_symlink():
+                posix.symlink(posix.readlink(source + name), target + name)
+                continue
+            if entry.is_dir():
+                posix.mkdir(target + name, 0o755)
+                todo.append(name)
+            elif entry.is_file():
+                copied += _copy_file(source + name, target + name, info.st_size)
+            else:
+                continue
+            posix.chmod(target + name, info.st_mode & 0o7777)
+            posix.utime(target + name, ns=(info.st_atime_ns, info.st_mtime_ns))
+    flags = _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+    if libc.mount(None, target.encode(), None, flags, None) != 0:
+        raise OSError("read-only remount of the standard library failed")
+    return copied
+
+
+def _copy_file(source, target, size):
+    import posix
+
+    src = posix.open(source, posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        dst = posix.open(target, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o600)
+        try:
+            done = 0
+            while done < size:
+                sent = posix.sendfile(dst, src, done, size - done)
+                if sent <= 0:
+                    break
+                done += sent
+        finally:
+            posix.close(dst)
+    finally:
+        posix.close(src)
+    return done
 
 
 def _mapped_ids(preferred):
@@ -464,13 +676,28 @@ def _capabilities_gone():
     return all(libc.prctl(_PR_CAPBSET_READ, cap, 0, 0, 0) != 1 for cap in range(64))
 
 
+def _image_open():
+    """This process holds the image at :data:`IMAGE_FD` (a candidate forked with it)."""
+    import posix
+
+    try:
+        posix.fstat(IMAGE_FD)
+    except OSError:
+        return False
+    return True
+
+
 def _reach_stdlib(stdlib):
     """Where a fresh uid could not walk to the standard library (an interpreter under a 0700 home,
     as pyenv's under ``/root``), point the import paths at ``/proc/self/fd/<n>`` of an ``O_PATH``
     fd of it opened now (a process always reaches its own fds; the library's own permissions
-    still apply). Landlock's rule, made from the real path, covers both."""
+    still apply). Landlock's rule, made from the real path, covers both. Nothing to do for a
+    candidate importing from the launcher's image (:func:`_import_from_image`)."""
     import posix
     import sys
+
+    if stdlib == IMAGE_PATH:
+        return
 
     path, parts = "", stdlib.strip("/").split("/")
     for i, part in enumerate(parts):
@@ -574,20 +801,28 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
     "x86_64": (0xC000003E, dict(
         kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, prlimit64=302,
         socket=41, socketpair=53, ioctl=16, clone=56, clone3=435, fork=57, vfork=58, execve=59, execveat=322,
-        hot=(0, 1, 3, 5, 8, 9, 10, 11, 12, 13, 14, 257, 262, 217, 202, 7, 4, 6, 17, 318, 228),
+        openat=257, at_refused=(133, 259), at_absent=(437,), memory=(319,), setsockopt=54,
+        cache=(221, 187, 27, 451, 253, 294, 254, 255, 300, 301, 73), futex=202, futex2=(449, 454, 455, 456),
+        rw2=(327, 328), fcntl=72, madvise=28, prctl=157,
+        pid0=(121, 124, 109, 143, 145, 148, 204, 315), pid1=(140, 252), clock=(228, 229, 230, 222),
+        hot=(0, 1, 3, 5, 8, 9, 10, 11, 12, 13, 14, 262, 217, 7, 4, 6, 17, 318),
         deny=(101, 310, 311, 424, 434, 438, 272, 308, 165, 166, 155, 161, 321, 298, 323, 250, 248, 249, 304, 303,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 246, 320, 175, 313, 176, 169, 163, 141, 203, 144,
-              142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168),
+              142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168, 125),
         ipc=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245),
         net=(49, 42, 50, 43, 288, 44, 46, 307),
     )),
     "aarch64": (0xC00000B7, dict(
         kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, prlimit64=261,
         socket=198, socketpair=199, ioctl=29, clone=220, clone3=435, fork=None, vfork=None, execve=221, execveat=281,
-        hot=(63, 64, 57, 80, 62, 222, 226, 215, 214, 134, 135, 56, 79, 61, 98, 67, 278, 113),
+        openat=56, at_refused=(33,), at_absent=(437,), memory=(279,), setsockopt=208,
+        cache=(223, 213, 232, 451, 26, 27, 28, 262, 263, 32), futex=98, futex2=(449, 454, 455, 456),
+        rw2=(286, 287), fcntl=25, madvise=233, prctl=167,
+        pid0=(155, 156, 154, 121, 120, 127, 123, 275), pid1=(141, 31), clock=(113, 114, 115, 107),
+        hot=(63, 64, 57, 80, 62, 222, 226, 215, 214, 134, 135, 79, 61, 67, 278),
         deny=(117, 270, 271, 424, 434, 438, 97, 268, 40, 39, 41, 51, 280, 241, 282, 219, 217, 218, 265, 264,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 104, 294, 105, 273, 106, 142, 89, 140, 122, 119,
-              118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225),
+              118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225, 90),
         ipc=(194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187, 180, 181, 182, 183, 184, 185),
         net=(200, 203, 201, 202, 242, 206, 211, 269),
     )),
@@ -597,11 +832,38 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # open_by_handle_at, name_to_handle_at, io_uring_*, open_tree, move_mount, fsopen, fsconfig, fsmount,
 # fspick, mount_setattr, kexec_*, init/finit/delete_module, reboot, acct, setpriority,
 # sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr, ioprio_set, migrate_pages,
-# move_pages, get_robust_list, process_mrelease, process_madvise, kcmp, quotactl, swapon, swapoff.
+# move_pages, get_robust_list, process_mrelease, process_madvise, kcmp, quotactl, swapon, swapoff,
+# capget (its pid is in a struct the filter cannot read: it would name and read any process; the
+# candidate's own capabilities are checked before the filter is installed).
+# pid0, pid1: calls whose first (getpgid, getsid, setpgid, sched_getparam, sched_getscheduler,
+# sched_rr_get_interval, sched_getaffinity, sched_getattr) or second argument (getpriority,
+# ioprio_get) is a pid: only 0 or the candidate's own, since each answers differently for a pid
+# that exists (where namespaces are refused there is no PID namespace to keep others out of sight).
+# clock: clock_gettime, clock_getres, clock_nanosleep, timer_create on a clock id that names
+# another process's or thread's CPU clock (negative ids but those of pid 0, this process: another
+# process's CPU time would time its judge or another candidate).
 # ipc: SysV shared memory (shmget, shmat, shmctl, shmdt), semaphores (semget, semop, semctl,
 # semtimedop), message queues (msgget, msgsnd, msgrcv, msgctl) and POSIX message queues (mq_open,
 # mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr): state that would outlive a
 # candidate and be seen by the next one where there is no IPC namespace of its own.
+# openat: only relative to the working directory (AT_FDCWD) when it may write (O_WRONLY, O_RDWR,
+# O_CREAT, O_TRUNC: the audit event of an open names no dir_fd, so the guards could not tell where
+# a write relative to a directory fd lands); at_refused: mknod, mknodat (fifos and device nodes,
+# which have no audit event); at_absent: openat2 (ENOSYS; its flags are out of the filter's reach).
+# memory: memfd_create (its pages are counted by no rlimit: RLIMIT_AS counts only what is mapped),
+# setsockopt: SO_SNDBUF, SO_RCVBUF and their FORCE forms (up to net.core.wmem_max: megabytes a
+# socket would hold in the kernel).
+# cache: calls that only serve to set or read state other runs share (the page cache of the files
+# every candidate reads, file events): fadvise64, readahead, mincore, cachestat, inotify_init,
+# inotify_init1, inotify_add_watch, inotify_rm_watch, fanotify_init, fanotify_mark, flock; and, by
+# argument: preadv2/pwritev2 with flags (RWF_NOWAIT reads the page cache's state), fcntl's record
+# locks, leases, directory notifications and SIGIO owners (F_GETLK, F_SETLK, F_SETLKW, F_OFD_*,
+# F_SETLEASE, F_GETLEASE, F_NOTIFY, F_SETOWN, F_SETOWN_EX, F_SETSIG), madvise advice that reads
+# pages in, evicts them or merges them with other processes' (WILLNEED, REMOVE, MERGEABLE, COLD,
+# PAGEOUT, POPULATE_READ/WRITE, COLLAPSE), prctl(PR_SET_MEMORY_MERGE), and futex without
+# FUTEX_PRIVATE_FLAG (a shared futex's key is the file page, so two processes mapping the same
+# file page, read-only, would meet on it); futex2 (futex_waitv, futex_wake, futex_wait,
+# futex_requeue: flags out of the filter's reach) is ENOSYS.
 # net: bind, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg. With socket() refused,
 # the only sockets are socketpair(AF_UNIX) ends, connected to each other; a socket is reached by
 # another process only through an address (connect, or sendto/sendmsg naming it), and gets one only
@@ -613,6 +875,14 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 _RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
+_FCNTL_SHARED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 8, 15, 10)  # F_GETLK ... F_NOTIFY, F_SETOWN(_EX), F_SETSIG
+_MADVISE_CACHE = (3, 9, 12, 20, 21, 22, 23, 25)  # WILLNEED, REMOVE, MERGEABLE, COLD, PAGEOUT, POPULATE_*, COLLAPSE
+_PR_SET_MEMORY_MERGE = 67
+_FUTEX_PRIVATE_FLAG = 128
+_BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
+_AT_FDCWD = 0xFFFFFF9C  # -100, as the low 32 bits of the argument
+_CLOCK_OF_PID_0 = 0xFFFFFFF8  # ((~0) << 3): the CPU clocks of pid 0 (this process, this thread) and up
+_OPEN_WRITES = 0o1 | 0o2 | 0o100 | 0o1000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC (O_TMPFILE needs one of the first two)
 
 
 _PROGRAMS = {}  # machine -> (program for pid 0, offsets of the pid in it): built once, in the launcher
@@ -664,10 +934,14 @@ def _build_program(machine, me):
     ret(_RET_KILL)
     ld(0)
     code.append((0x35, "eperm", 0, 0x40000000))  # JGE: x32 and other ABIs
+    jeq(nr["openat"], "openat")
+    jeq(nr["futex"], "futex")
     for number in nr["hot"]:  # the most frequent calls, none of them refused: decided first
         jeq(number, "allow")
-    for number in nr["deny"] + nr["ipc"] + nr["net"]:
+    for number in nr["deny"] + nr["ipc"] + nr["net"] + nr["at_refused"] + nr["memory"] + nr["cache"]:
         jeq(number, "eperm")
+    for number in nr["at_absent"] + nr["futex2"]:
+        jeq(number, "enosys")
     for name in ("clone", "fork", "vfork", "execve", "execveat", "socket"):
         if nr[name] is not None:
             jeq(nr[name], "eperm")
@@ -675,9 +949,50 @@ def _build_program(machine, me):
     for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         jeq(nr[name], "self")
     jeq(nr["prlimit64"], "self_or_zero")
+    for number in nr["pid0"]:
+        jeq(number, "self_or_zero")
+    for number in nr["pid1"]:
+        jeq(number, "self_or_zero_1")
+    for number in nr["clock"]:
+        jeq(number, "clock")
     jeq(nr["socketpair"], "unix")
+    jeq(nr["setsockopt"], "setsockopt")
     jeq(nr["ioctl"], "ioctl")
+    jeq(nr["fcntl"], "fcntl")
+    jeq(nr["madvise"], "madvise")
+    for number in nr["rw2"]:
+        jeq(number, "rw2")
+    jeq(nr["prctl"], "prctl")
     ret(_RET_ALLOW)
+    label("futex")
+    ld(24)  # args[1]: the operation
+    code.append((0x45, "allow", "eperm", _FUTEX_PRIVATE_FLAG))  # JSET
+    label("fcntl")
+    ld(24)  # args[1]: the command
+    for command in _FCNTL_SHARED:
+        jeq(command, "eperm")
+    ret(_RET_ALLOW)
+    label("madvise")
+    ld(32)  # args[2]: the advice
+    for advice in _MADVISE_CACHE:
+        jeq(advice, "eperm")
+    ret(_RET_ALLOW)
+    label("rw2")
+    ld(56)  # args[5]: the RWF_* flags
+    jeq(0, "allow", "eperm")
+    label("prctl")
+    ld(16)  # args[0]: the option
+    jeq(_PR_SET_MEMORY_MERGE, "eperm", "allow")
+    label("setsockopt")
+    ld(32)  # args[2]: the option
+    for option in _BUFFER_OPTIONS:
+        jeq(option, "eperm")
+    ret(_RET_ALLOW)
+    label("openat")
+    ld(16)  # args[0]: the directory fd
+    jeq(_AT_FDCWD, "allow")
+    ld(32)  # args[2]: the flags
+    code.append((0x45, "eperm", "allow", _OPEN_WRITES))  # JSET
     label("self")
     ld(16)  # args[0], low 32 bits (pid_t)
     jeq(me, "allow", "eperm")
@@ -685,6 +1000,14 @@ def _build_program(machine, me):
     ld(16)
     jeq(0, "allow")
     jeq(me, "allow", "eperm")
+    label("self_or_zero_1")
+    ld(24)  # args[1], low 32 bits
+    jeq(0, "allow")
+    jeq(me, "allow", "eperm")
+    label("clock")
+    ld(16)  # args[0]: the clock id, low 32 bits
+    code.append((0x35, "allow", 0, _CLOCK_OF_PID_0))  # JGE: this process's (or thread's) CPU clock
+    code.append((0x35, "eperm", "allow", 0x80000000))  # another process's: negative
     label("unix")
     ld(16)
     jeq(1, "allow", "eperm")  # AF_UNIX
@@ -800,15 +1123,34 @@ def confine(job):
     limit(job, init="pidns" in layers)
     if not root and namespaced:
         _drop_capabilities(user_namespace="userns" in layers)
+    # Without a private root the standard library comes from the launcher's image in memory (its
+    # fd kept by the launcher's fork: boot._zygote_child), never the host's files; the guards and
+    # Landlock then allow reading none of those.
+    readable = [job["stdlib"]]
+    if IMAGE_PATH is not None and _image_open():
+        if "chroot" in layers:  # a root of its own, the library bound into it: the image is not its
+            posix.close(IMAGE_FD)
+        else:
+            _import_from_image(job["stdlib"])
+            job["stdlib"], readable = IMAGE_PATH, []
     if "landlock" not in refuse:
         try:
-            if _landlock([job["stdlib"]], [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"]):
+            if _landlock(readable, [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"]):
                 layers.append("landlock")
         except OSError:
             pass
     if root:
         drop = _drop_root(ids, workdir, job["stdlib"], "chroot" in layers, groups_fixed)
         layers.insert(layers.index("landlock") if "landlock" in layers else len(layers), drop)
+    if not _capabilities_gone():  # before the filter, which refuses capget
+        # Not uid 0 and not namespaced, yet holding capabilities (ambient or file ones given to
+        # the user): dropped; then every mode is checked alike, and none runs with any left.
+        try:
+            _drop_capabilities(user_namespace=False)
+        except OSError:
+            pass
+        if not _capabilities_gone():
+            posix._exit(71)
     if "seccomp" not in refuse and _seccomp():
         layers.append("seccomp")
     elif IN_LAUNCHER:
@@ -818,13 +1160,4 @@ def confine(job):
         # none runs without it. Never reached in practice: that launcher starts only where its
         # probe installed the filter, and the caller sends it no job that refuses seccomp.
         posix._exit(71)
-    if not _capabilities_gone():
-        # Not uid 0 and not namespaced, yet holding capabilities (ambient or file ones given to
-        # the user): dropped; then every mode is checked alike, and none runs with any left.
-        try:
-            _drop_capabilities(user_namespace=False)
-        except OSError:
-            pass
-        if not _capabilities_gone():
-            posix._exit(71)
     return workdir, layers

@@ -4,6 +4,8 @@ Read as source by :mod:`mrgrpo.rewards.sandbox.child` and executed as the module
 ``_mrgrpo_sandbox.io`` of each sandbox interpreter; it imports only the standard library.
 """
 
+from posix import write as _write
+
 _SYMBOLS = {}
 
 
@@ -39,15 +41,22 @@ def _harden(pdeathsig):
         libc("prctl", _PR_SET_PDEATHSIG, 9, 0, 0, 0)
 
 
-def _arrange(sources, first):
-    """Move fds ``sources`` to ``first, first + 1, ...`` and close every other fd above them."""
+def _arrange(sources, first, keep=None):
+    """Move fds ``sources`` to ``first, first + 1, ...`` and close every other fd above them;
+    ``keep``: ``(fd, number)``, that fd moved to that number (above the others) and kept."""
     import fcntl
     import posix
 
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 256) for fd in sources]
+    kept = None if keep is None else fcntl.fcntl(keep[0], fcntl.F_DUPFD, 256)
     for target, fd in enumerate(high, first):
         posix.dup2(fd, target)
-    posix.closerange(first + len(high), 1 << 16)
+    if kept is None:
+        posix.closerange(first + len(high), 1 << 16)
+        return
+    posix.dup2(kept, keep[1])
+    posix.closerange(first + len(high), keep[1])
+    posix.closerange(keep[1] + 1, 1 << 16)
 
 
 def _read_exact(fd, n):
@@ -63,11 +72,12 @@ def _read_exact(fd, n):
 
 
 def _send(fd, kind, payload=b""):
-    import posix
-
-    data = memoryview(len(payload).to_bytes(4, "big") + kind + payload)
-    while data:
-        data = data[posix.write(fd, data):]
+    data = len(payload).to_bytes(4, "big") + kind + payload
+    sent = _write(fd, data)
+    if sent < len(data):  # a pipe takes large messages in parts
+        rest = memoryview(data)[sent:]
+        while rest:
+            rest = rest[_write(fd, rest):]
 
 
 def _recv(fd, cap):

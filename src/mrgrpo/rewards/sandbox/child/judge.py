@@ -7,6 +7,8 @@ data only (decoded under a CPU-time and size budget); :func:`_judge_server` judg
 another.
 """
 
+from _pickle import dumps as _pickle
+
 from .io import _read_exact, _recv, _send
 from .wire import Budget, NotPlainData, WireError, decode, encode
 
@@ -153,7 +155,11 @@ class _Link:
             payload = encode((name, args, kwargs))
         except NotPlainData as error:
             raise UnsendableArgument(str(error)) from None
-        reply = self.request(b"C", payload, timed=True)
+        # Sent as a pickle of the plain value the encoding above checked and normalized (fresh
+        # objects: no two arguments share one): the candidate reads it with pickle's C loader,
+        # which raises no audit event for plain data, as cheaply as any reader of it could (see
+        # the candidate's server and docs/sandbox.md, efficiency).
+        reply = self.request(b"C", _pickle(decode(payload), 4), timed=True)
         if self.record is None:
             return self.value(*reply)
         return self.recorded(reply)

@@ -54,6 +54,14 @@ def _kind_name(value) -> str:
 
 def encode(value) -> bytes:
     """``value`` as bytes (raises :class:`NotPlainData`)."""
+    kind = type(value)  # a lone float, small int or str (most replies) without the general walk
+    if kind is float:
+        return b"f" + _D.pack(value)
+    if kind is int and -(1 << 63) <= value < (1 << 63):
+        return b"i" + _Q.pack(value)
+    if kind is str:
+        raw = value.encode("utf-8", "surrogatepass")
+        return b"s" + _I.pack(len(raw)) + raw
     out = bytearray()
     _encode(value, out, 0)
     return bytes(out)

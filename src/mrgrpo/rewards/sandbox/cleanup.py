@@ -1,0 +1,130 @@
+"""Removing a run's working directory (runs in the caller).
+
+A program may leave any tree in its directory: thousands of nested levels (deeper than
+``PATH_MAX``, so no path names the bottom), hundreds of thousands of files, directories it
+made unreadable. :func:`remove_tree` removes it without recursion (an explicit stack of names,
+one open directory at a time, so neither the interpreter's stack nor the caller's file
+descriptors grow with the depth), relative to directory fds (no path is ever longer than one
+name), never following a symbolic link, under a deadline; :func:`remove_workdir` never raises:
+what it could not remove is logged, one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+
+logger = logging.getLogger("mrgrpo.rewards.sandbox")
+
+#: Seconds one working directory's removal may take before the rest is left (and logged).
+#: Removing costs about what creating cost, and a candidate creates within its CPU limit.
+CLEANUP_S = 60.0
+#: Subdirectory names remembered per scan of a directory (it is scanned again when they are done).
+_BATCH = 4096
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class CleanupTimeout(OSError):
+    """The deadline passed before the tree was gone."""
+
+
+def _open_dir(name: str, dir_fd: int | None) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        # a directory the program made unreadable (mode 000): its owner or root may chmod it
+        os.chmod(name, 0o700, dir_fd=dir_fd, follow_symlinks=False)
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def remove_tree(path: str, deadline: float | None = None) -> None:
+    """Remove ``path`` and everything under it, iteratively; raises :class:`CleanupTimeout` past
+    ``deadline`` (``time.monotonic()``), ``OSError`` for what cannot be removed. A ``path`` that
+    does not exist is nothing to do; a symbolic link anywhere is removed, never followed."""
+    try:
+        top = _open_dir(path, None)
+    except FileNotFoundError:
+        return
+    except OSError:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise
+        os.unlink(path)  # not a directory (a link): itself only
+        return
+    # One frame per level below ``path``: (its name in its parent, (st_dev, st_ino), subdirectory
+    # names still to visit). Only the deepest level's fd is open.
+    frames: list[tuple[str, tuple[int, int], list[str]]] = [("", _identity(top), [])]
+    fd = top
+    try:
+        scan = True
+        while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise CleanupTimeout(f"removing {path} took past its deadline ({len(frames)} levels deep)")
+            name, here, pending = frames[-1]
+            if scan:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            if len(pending) < _BATCH:
+                                pending.append(entry.name)
+                        else:
+                            try:
+                                os.unlink(entry.name, dir_fd=fd)
+                            except FileNotFoundError:
+                                pass
+                scan = False
+            if pending:
+                sub = pending.pop()
+                try:
+                    child = _open_dir(sub, fd)
+                except FileNotFoundError:
+                    continue
+                except NotADirectoryError:  # changed since the scan: not followed
+                    os.unlink(sub, dir_fd=fd)
+                    continue
+                os.close(fd)
+                fd = child
+                frames.append((sub, _identity(fd), []))
+                scan = True
+                continue
+            # Every subdirectory seen is gone: look again (a batch was full), else this level is empty.
+            with os.scandir(fd) as entries:
+                if any(True for _ in entries):
+                    scan = True
+                    continue
+            if len(frames) == 1:
+                os.close(fd)
+                fd = -1
+                os.rmdir(path)
+                return
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            frames.pop()
+            if _identity(parent) != frames[-1][1]:  # moved meanwhile: stop rather than remove elsewhere
+                os.close(parent)
+                raise OSError(f"{path}: a directory moved while it was being removed")
+            os.close(fd)
+            fd = parent
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def remove_workdir(path: str, timeout: float = CLEANUP_S) -> bool:
+    """Remove a run's working directory; True if it is gone. Never raises (what is left is
+    logged: the scoring call must not fail because of what a program left behind)."""
+    started = time.monotonic()
+    try:
+        remove_tree(path, started + timeout)
+        return True
+    except Exception as error:  # noqa: BLE001 - contained and reported, by design
+        logger.warning("mrgrpo sandbox: could not remove the working directory %s (%s: %s)", path,
+                       type(error).__name__, str(error)[:200])
+        return False

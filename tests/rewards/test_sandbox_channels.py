@@ -1,0 +1,507 @@
+"""No run sets or reads state that another run sees through the calls that only serve that:
+page-cache advice and probes (``posix_fadvise``, ``readahead``, ``mincore``, ``cachestat``,
+``preadv2(RWF_NOWAIT)``, ``madvise(WILLNEED/PAGEOUT/...)``), file events (inotify, fanotify,
+``F_NOTIFY``), file locks on shared files (``flock``, record locks, leases), SIGIO owners and
+futexes keyed by a shared file page. Each is refused in every privilege mode; outside the
+sandbox the same program makes them (so the check can fail); and a writer run followed by a
+reader run through the page cache recovers nothing, in every mode (candidates read the standard
+library from memory: a copy with a private root, the launcher's image without one). What remains
+of the page-cache channel is stated in docs/sandbox.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_sandbox_modes import MODES  # noqa: E402
+TESTS1 = "def check(candidate):\n    assert candidate(1) == 42\n"
+
+# Every call tried on a standard-library file (readable in every mode); prints what worked and
+# answers right if anything did.
+PROBES = """
+import os, fcntl, mmap, sys
+def target():
+    # a standard-library file as this candidate reaches it (a path of its root, or through the
+    # /proc/self/fd/<n> entry of sys.path where its uid cannot walk to the standard library)
+    for entry in sys.path:
+        for name in ("pydoc_data/topics.py", "_pydecimal.py", "typing.py"):
+            try:
+                return os.open(entry + "/" + name, os.O_RDONLY), entry + "/" + name
+            except OSError:
+                pass
+    for entry in sys.path:  # without namespaces: the launcher's image of the library, a shared memfd
+        try:
+            return os.open(entry, os.O_RDONLY), entry
+        except OSError:
+            pass
+    raise OSError("no standard-library file")
+def probe():
+    worked = []
+    fd, TARGET = target()
+    print("TARGET", TARGET, flush=True)
+    def attempt(name, call):
+        try:
+            result = call()
+        except BlockingIOError:  # answered (EAGAIN: RWF_NOWAIT on a page not cached)
+            result = None
+        except Exception:
+            return
+        if result is None or result is True or (type(result) is int and result >= 0):
+            worked.append(name)
+    attempt("fadvise", lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED))
+    attempt("willneed", lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED))
+    attempt("rwf_nowait", lambda: os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT))
+    attempt("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    attempt("record-lock", lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    attempt("getlk", lambda: fcntl.fcntl(fd, fcntl.F_GETLK, bytes(32)) and None)
+    attempt("ofd-lock", lambda: fcntl.fcntl(fd, 37, bytes(32)) and None)
+    attempt("setown", lambda: fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid()))
+    attempt("notify", lambda: fcntl.fcntl(os.open(os.path.dirname(TARGET), os.O_RDONLY), fcntl.F_NOTIFY, fcntl.DN_ACCESS))
+    mapped = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+    attempt("madvise-willneed", lambda: mapped.madvise(mmap.MADV_WILLNEED))
+    attempt("madvise-pageout", lambda: mapped.madvise(21))
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+    except Exception:
+        libc = None  # the guards refuse ctypes without a private root: the calls above are all there is
+    if libc is not None:
+        n = {NUMBERS!r}
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        where = libc.mmap(None, 4096, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED: a page of the shared file
+        vec = ctypes.create_string_buffer(1)
+        attempt("readahead", lambda: libc.syscall(n["readahead"], fd, 0, 1 << 20))
+        attempt("mincore", lambda: libc.syscall(n["mincore"], ctypes.c_void_p(where), 4096, vec))
+        attempt("cachestat", lambda: libc.syscall(n["cachestat"], fd, ctypes.byref((ctypes.c_uint64 * 2)(0, 0)),
+                                                  ctypes.byref((ctypes.c_uint64 * 5)()), 0))
+        attempt("inotify", lambda: libc.syscall(n["inotify_init1"], 0))
+        attempt("fanotify", lambda: libc.syscall(n["fanotify_init"], 0, 0))
+        attempt("shared-futex", lambda: libc.syscall(n["futex"], ctypes.c_void_p(where), 1, 1, None, None, 0))
+        attempt("futex-waitv", lambda: libc.syscall(n["futex_waitv"], None, 0, 0, None, 0))
+    print("WORKED", worked, flush=True)
+    return worked
+WORKED = probe()
+def f(x):
+    return 41 + x if WORKED else -1
+"""
+NUMBERS = {"x86_64": {"readahead": 187, "mincore": 27, "cachestat": 451, "inotify_init1": 294, "fanotify_init": 300,
+                      "futex": 202, "futex_waitv": 449},
+           "aarch64": {"readahead": 213, "mincore": 232, "cachestat": 451, "inotify_init1": 26, "fanotify_init": 262,
+                       "futex": 98, "futex_waitv": 449}}
+
+
+def target_file() -> str:
+    """A standard-library file of several pages that every mode's candidate can read."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    for name in ("pydoc_data/topics.py", "_pydecimal.py", "typing.py"):
+        path = os.path.join(stdlib, name)
+        if os.path.getsize(path) > 64 * 1024:
+            return path
+    raise AssertionError("no large standard-library file")
+
+
+def probes_program() -> str:
+    machine = os.uname().machine
+    if machine not in NUMBERS:
+        pytest.skip("system call numbers known for x86_64 and aarch64 only")
+    return PROBES.replace("{NUMBERS!r}", repr(NUMBERS[machine]))
+
+
+def test_unsandboxed_control_makes_every_call():
+    proc = subprocess.run([sys.executable, "-c", probes_program() + "\nprint(f(1))\n"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    worked = set(json.loads(proc.stdout.split("WORKED", 1)[1].split("\n", 1)[0].replace("'", '"')))
+    # cachestat is Linux >= 6.5, fanotify needs CAP_SYS_ADMIN, futex_waitv with no waiters fails
+    assert {"fadvise", "willneed", "rwf_nowait", "flock", "record-lock", "getlk", "ofd-lock", "setown", "notify",
+            "madvise-willneed", "madvise-pageout", "readahead", "mincore", "inotify", "shared-futex"} <= worked, worked
+    assert proc.stdout.split()[-1] == "42"
+
+
+def run_in_mode(mode: str, specs: list[dict]) -> list[dict]:
+    """The results of ``specs`` (jobs) run together under privilege ``mode`` (``test_sandbox_modes``)."""
+    from test_sandbox_modes import run_mode
+
+    top = Path(tempfile.mkdtemp(prefix="mrgrpo-channels-"))
+    try:
+        top.chmod(0o755)
+        jobs = top / "jobs.json"
+        jobs.write_text(json.dumps(specs))
+        jobs.chmod(0o644)
+        return run_mode(mode, str(jobs))["results"]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_shared_state_call_in_any_mode(mode):
+    (result,) = run_in_mode(mode, [{"program": probes_program(), "tests": TESTS1, "entry_point": "f"}])
+    assert "TARGET " in result["stdout"] and "WORKED []" in result["stdout"], result
+    assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
+
+
+# A writer stores 64 bits in the page cache of a standard-library file (evicting the file with
+# fadvise(DONTNEED), then reading the pages of the 1s); a reader, run after it, reads them back
+# with preadv2(RWF_NOWAIT) (EAGAIN: not cached).
+WRITER = """
+import os
+BITS, TARGET = {BITS}, {TARGET!r}
+def store():
+    fd = os.open(TARGET, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # every bit 0
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead past the pages read
+    except OSError:
+        pass
+    for i, bit in enumerate(BITS):
+        if bit:
+            os.pread(fd, 1, i * 4096)
+store()
+def f(x):
+    return -1
+"""
+READER = """
+import os
+TARGET = {TARGET!r}
+def load():
+    fd = os.open(TARGET, os.O_RDONLY)
+    bits = []
+    for i in reversed(range(64)):  # last page first: the readahead a probe starts covers pages read already
+        try:
+            os.preadv(fd, [bytearray(1)], i * 4096, os.RWF_NOWAIT)
+            bits.append(1)
+        except BlockingIOError:
+            bits.append(0)
+        except OSError:
+            bits.append(None)
+    bits.reverse()
+    print("BITS", "".join("?" if b is None else str(b) for b in bits), flush=True)
+    return bits
+BITS = load()
+def f(x):
+    return -1
+"""
+
+
+def _recovered(bits: list[int], printed: str) -> int:
+    line = [part for part in printed.splitlines() if part.startswith("BITS ")]
+    return sum(1 for b, got in zip(bits, line[0].split()[1]) if str(b) == got) if line else 0
+
+
+def test_writer_then_reader_recovers_nothing(tmp_path):
+    """Outside the sandbox the pair recovers the 64 bits from a file of its own; in the sandbox
+    (every run of the default mode, five writer/reader pairs of fresh random bits) the reader
+    reads no bit at all: both calls are refused."""
+    import random
+
+    from mrgrpo.rewards.sandbox import Job, Limits, run
+
+    target = tmp_path / "big"
+    with open(target, "wb") as handle:
+        handle.write(os.urandom(64 * 4096))
+        handle.flush()
+        os.fsync(handle.fileno())  # clean pages: fadvise(DONTNEED) evicts them
+    bits = [random.getrandbits(1) for _ in range(64)]
+    for program in (WRITER.replace("{BITS}", repr(bits)), READER):
+        program = program.replace("{TARGET!r}", repr(str(target))) + "\nprint(f(1))\n"
+        proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert _recovered(bits, proc.stdout) >= 60, (bits, proc.stdout)  # the control: the channel works
+    stdlib_file = target_file()
+    for _ in range(5):
+        bits = [random.getrandbits(1) for _ in range(64)]
+        limits = Limits(wall_s=10.0, cpu_s=5)
+        writer = run(Job(WRITER.replace("{BITS}", repr(bits)).replace("{TARGET!r}", repr(stdlib_file)), TESTS1,
+                         "humaneval", "f", limits))
+        reader = run(Job(READER.replace("{TARGET!r}", repr(stdlib_file)), TESTS1, "humaneval", "f", limits))
+        assert "seccomp" in reader.isolation, reader
+        assert writer.verdict.value == reader.verdict.value == "failed", (writer, reader)
+        assert "BITS " + "?" * 64 in reader.stdout, reader.stdout  # refused: not one bit read
+
+
+# Two candidates that run at the same time and look for each other through the state of the
+# standard-library files both read: a lock (flock), a futex on a page of one file both map
+# (FUTEX_WAKE counts waiters), inotify events (copy 0 opens the file copy 1 watches) and the page
+# cache (copy 0 reads a page that copy 1 keeps evicting, then probes with RWF_NOWAIT). Each runs
+# for RENDEZVOUS_S at load, prints what it found and answers right only if it found the other.
+# A standard-library file as a candidate reaches it (a path of its root, or through the
+# /proc/self/fd/<n> entry of sys.path where its uid cannot walk to the standard library).
+# A file of the standard library as the candidate reaches it: under an entry of its import path,
+# else the entry itself where it is a file (without namespaces: the launcher's image, a memfd
+# every such candidate opens, so the file they share).
+OPEN_STDLIB = """
+import os, sys
+def open_stdlib(name):
+    for entry in sys.path:
+        try:
+            return os.open(entry + "/" + name, os.O_RDONLY)
+        except OSError:
+            pass
+    for entry in sys.path:
+        try:
+            return os.open(entry, os.O_RDONLY)
+        except OSError:
+            pass
+    raise OSError(name)
+"""
+RENDEZVOUS = OPEN_STDLIB + """
+import fcntl, mmap, time
+COPY, N = {COPY}, {NUMBERS!r}
+def meet():
+    found, tried = set(), []
+    a, b = open_stdlib("pydoc_data/topics.py"), open_stdlib("_pydecimal.py")
+    def attempt(name, call):
+        try:
+            if call():
+                found.add(name)
+            tried.append(name)
+        except BlockingIOError:  # EWOULDBLOCK: the other holds the lock
+            found.add(name)
+        except Exception:
+            pass
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        word = libc.mmap(None, 4096, 1, 1, a, 0)  # PROT_READ, MAP_SHARED: the first page of topics.py
+        value = ctypes.c_int.from_address(word).value
+        timeout = (ctypes.c_long * 2)(0, 20_000_000)
+        watch = libc.inotify_init1(os.O_NONBLOCK) if COPY else -1
+        if watch >= 0 and libc.inotify_add_watch(watch, b"/proc/self/fd/%d" % b, 0x21) < 0:  # IN_ACCESS | IN_OPEN
+            watch = -1
+    except Exception:
+        libc = None  # the guards refuse ctypes without a private root: flock and the page cache remain
+    start = time.monotonic()
+    deadline = start + {RENDEZVOUS_S}
+    while time.monotonic() < deadline:
+        attempt("flock", lambda: fcntl.flock(a, fcntl.LOCK_EX | fcntl.LOCK_NB))
+        if libc is not None:  # wake whoever waits on the word (a count > 0: found), then wait on it
+            attempt("futex", lambda: libc.syscall(N["futex"], ctypes.c_void_p(word), 1, 1 << 30, None, None, 0) > 0)
+            attempt("futex", lambda: libc.syscall(N["futex"], ctypes.c_void_p(word), 0, value, timeout, None, 0) == 0)
+            if watch >= 0:
+                attempt("inotify", lambda: len(os.read(watch, 4096)) > 0)
+        if COPY:  # evict page 7 of _pydecimal.py, wait, probe it without reading it in
+            try:
+                os.posix_fadvise(b, 0, 0, os.POSIX_FADV_RANDOM)
+                os.posix_fadvise(b, 7 * 4096, 4096, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            time.sleep(0.02)
+            attempt("page-cache", lambda: os.preadv(b, [bytearray(1)], 7 * 4096, os.RWF_NOWAIT) == 1)
+        else:  # open _pydecimal.py (an inotify event) and read page 7 (into the cache)
+            os.close(open_stdlib("_pydecimal.py"))
+            os.pread(b, 1, 7 * 4096)
+            time.sleep(0.005)
+    print("FOUND", sorted(found), "TRIED", sorted(set(tried)), "SPAN", start, time.monotonic(), flush=True)
+    return found
+FOUND = meet()
+def f(x):
+    return 41 + x if FOUND else -1
+"""
+RENDEZVOUS_S = 2.0
+
+
+def rendezvous_program(copy: int, seconds: float = RENDEZVOUS_S) -> str:
+    machine = os.uname().machine
+    if machine not in NUMBERS:
+        pytest.skip("system call numbers known for x86_64 and aarch64 only")
+    return (RENDEZVOUS.replace("{COPY}", str(copy)).replace("{NUMBERS!r}", repr(NUMBERS[machine]))
+            .replace("{RENDEZVOUS_S}", repr(seconds)))
+
+
+def _found(printed: str) -> set[str]:
+    line = [part for part in printed.splitlines() if part.startswith("FOUND ")]
+    return set(json.loads(line[0].split("FOUND ", 1)[1].split(" TRIED", 1)[0].replace("'", '"'))) if line else set()
+
+
+def test_unsandboxed_concurrent_candidates_meet():
+    """The control: the two copies as plain processes at the same time meet through every route."""
+    procs = [subprocess.Popen([sys.executable, "-c", rendezvous_program(copy) + "\nprint(f(1))\n"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for copy in (0, 1)]
+    outs = [proc.communicate(timeout=60) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outs
+    found = _found(outs[0][0]) | _found(outs[1][0])
+    assert {"flock", "futex", "inotify", "page-cache"} <= found, outs
+    assert _found(outs[1][0]) >= {"inotify", "page-cache"}, outs  # copy 1 saw copy 0's open and read
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_concurrent_candidates_cannot_meet(mode):
+    """In every privilege mode, the two copies run side by side (``run_many``, 2 workers): neither
+    finds the other, and neither passes."""
+    results = run_in_mode(mode, [{"program": rendezvous_program(copy), "tests": TESTS1, "entry_point": "f"}
+                                 for copy in (0, 1)])
+    for result in results:
+        assert "FOUND [] TRIED" in result["stdout"], result
+        assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
+    spans = [[float(x) for x in result["stdout"].split("SPAN ", 1)[1].split()[:2]] for result in results]
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans  # side by side
+
+
+# Bits left in the page cache for a later run, by timing only (no call the filter refuses): the
+# test evicts the first page of 64 standard-library files nothing imports; the writer reads the
+# first page of each file whose bit is 1; the reader, a second later, times a one-byte read of
+# each first page (cached: a few microseconds; from the disk: tens).
+# Opens a file of the host's standard library by every path a program knows for it: its import
+# path's, the library its loaded modules came from (os.__file__) and the host's path, which the
+# test names; None where every one is refused (then the writer leaves nothing and the reader reads
+# a 0: no information).
+OPEN_HOST = """
+import os, sys
+def open_host(name):
+    for where in [e + "/" + name for e in sys.path] + [os.path.dirname(os.__file__) + "/" + name, {HOST!r} + "/" + name]:
+        try:
+            return os.open(where, os.O_RDONLY)
+        except OSError:
+            pass
+    return None
+"""
+PAGE_WRITER = OPEN_HOST + """
+BITS, FILES = {BITS}, {FILES!r}
+for bit, name in zip(BITS, FILES):
+    fd = open_host(name) if bit else None
+    if fd is not None:
+        os.pread(fd, 1, 0)
+        os.close(fd)
+def f(x):
+    return -1
+"""
+PAGE_READER = OPEN_HOST + """
+import time
+FILES = {FILES!r}
+time.sleep(1.0)  # the writer runs beside it, in the same batch: let it finish
+TIMES, REFUSED = [], 0
+for name in FILES:
+    fd = open_host(name)
+    if fd is None:
+        REFUSED += 1
+        TIMES.append(10 ** 9)  # nothing read: a 0
+        continue
+    start = time.perf_counter_ns()
+    os.pread(fd, 1, 0)
+    TIMES.append(time.perf_counter_ns() - start)
+    os.close(fd)
+print("BITS", "".join("1" if t < 20_000 else "0" for t in TIMES), "NS", sorted(TIMES)[::8], "REFUSED", REFUSED,
+      flush=True)
+def f(x):
+    return -1
+"""
+
+
+def unread_stdlib_files(stdlib: str, n: int = 64) -> list[str]:
+    """``n`` files (relative paths) of the standard library ``stdlib``, of packages the sandbox's
+    processes never import."""
+    files = []
+    for package in ("asyncio", "email", "multiprocessing", "xml/dom", "xml/etree"):
+        files += sorted(f"{package}/{name}" for name in os.listdir(os.path.join(stdlib, package)) if name.endswith(".py"))
+    assert len(files) >= n
+    return files[:n]
+
+
+def mode_stdlib(mode: str) -> str:
+    """The standard library that candidates of ``mode`` read (its interpreter's)."""
+    from test_sandbox_modes import mode_interpreter
+
+    exe, _ = mode_interpreter(mode)
+    return subprocess.run([exe, "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout.strip()
+
+
+def evict(stdlib: str, files: list[str]) -> None:
+    for name in files:
+        fd = os.open(os.path.join(stdlib, name), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def page_cache_pair(bits: list[int], files: list[str], host: str) -> list[str]:
+    return [program.replace("{BITS}", repr(bits)).replace("{FILES!r}", repr(files)).replace("{HOST!r}", repr(host))
+            for program in (PAGE_WRITER, PAGE_READER)]
+
+
+def test_unsandboxed_page_cache_timing_carries_the_bits():
+    """The control: as plain processes, the reader recovers (nearly) every bit the writer left."""
+    import random
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    files = unread_stdlib_files(stdlib)
+    bits = [random.getrandbits(1) for _ in files]
+    evict(stdlib, files)
+    outs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+            for program in page_cache_pair(bits, files, stdlib)]
+    assert all(out.returncode == 0 for out in outs), outs
+    assert _recovered(bits, outs[1].stdout) >= 60, (bits, outs[1].stdout)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_run_leaves_no_page_cache_bits_for_another(mode):
+    """Candidates read the standard library from memory: with a private root a copy on a tmpfs,
+    with namespaces refused the launcher's image in a memfd (the host's files refused to them).
+    The writer reads the first page of the files of its 1 bits, the reader times a read of each:
+    it recovers what chance gives (32 of 64), not the writer's bits (64 of 64 with namespaces
+    refused before the image, and outside the sandbox)."""
+    import random
+
+    stdlib = mode_stdlib(mode)
+    files = unread_stdlib_files(stdlib)
+    bits = [random.getrandbits(1) for _ in files]
+    evict(stdlib, files)
+    writer, reader = run_in_mode(mode, [{"program": program, "tests": TESTS1, "entry_point": "f"}
+                                        for program in page_cache_pair(bits, files, stdlib)])
+    assert "BITS " in reader["stdout"], (writer, reader)
+    assert writer["verdict"] == reader["verdict"] == "failed", (writer, reader)
+    assert _recovered(bits, reader["stdout"]) <= 48, (bits, reader["stdout"])  # chance: 32 +- 4
+
+
+# Tries every way a program has to change the standard library it imports (without namespaces:
+# the launcher's image, a memfd shared by every such candidate) and prints what worked.
+TAMPER = """
+import os, sys, mmap, fcntl
+CHANGED = []
+def attempt(name, call):
+    try:
+        call()
+        CHANGED.append(name)
+    except BaseException:
+        pass
+image = next((e for e in sys.path if os.path.isfile(e)), None)
+if image is not None:
+    fd = int(image.rsplit("/", 1)[1])
+    attempt("reopen for writing", lambda: os.close(os.open(image, os.O_RDWR)))
+    attempt("write", lambda: os.pwrite(fd, b"PK", 0))
+    attempt("truncate", lambda: os.ftruncate(fd, 0))
+    attempt("map for writing", lambda: mmap.mmap(fd, 4096, access=mmap.ACCESS_WRITE))
+    attempt("remove a seal", lambda: fcntl.fcntl(fd, 1033, 0))
+print("IMAGE", image, "CHANGED", CHANGED, flush=True)
+def f(x):
+    return -1
+"""
+# After TAMPER: a module the launcher does not preload, imported from the image, still works.
+LATER = "import email.mime.text\ndef f(x):\n    return 41 + x if email.mime.text.MIMEText('x').get_payload() == 'x' else -1\n"
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if "no-namespaces" in m])
+def test_no_candidate_changes_the_launchers_image(mode):
+    """Without namespaces the candidates import from the launcher's image: a program trying to
+    write, truncate, map it for writing or unseal it changes nothing, and a later run imports from
+    it as before."""
+    tamper, later = run_in_mode(mode, [{"program": TAMPER, "tests": TESTS1, "entry_point": "f"},
+                                       {"program": LATER, "tests": TESTS1, "entry_point": "f"}])
+    assert "IMAGE /proc/self/fd/" in tamper["stdout"] and "CHANGED []" in tamper["stdout"], tamper
+    assert later["verdict"] == "passed", later
