@@ -214,7 +214,7 @@ def test_deep_trees_and_floods_leave_nothing(mode):
 
 
 def _deep_and_flood(mode: str, top: Path) -> None:
-    from test_sandbox_modes import interpreter_for
+    from test_sandbox_modes import run_mode
 
     top.chmod(0o755)
     tmp = top / "tmp"
@@ -224,22 +224,7 @@ def _deep_and_flood(mode: str, top: Path) -> None:
     specs = [{"program": p, "tests": TESTS3, "entry_point": "f", "wall_s": 20.0, "cpu_s": 3} for p in (DEEP, FLOOD)]
     jobs.write_text(json.dumps(specs))
     jobs.chmod(0o644)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TMPDIR": str(tmp)}
-    kwargs: dict = {}
-    exe = sys.executable
-    if mode == "nobody" and os.geteuid() == 0:
-        exe = interpreter_for(65534)
-        if exe is None:
-            pytest.skip("no Python interpreter that uid 65534 can start")
-        kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
-    proc = subprocess.run([exe, str(HERE / "sandbox_modes_script.py"), mode if mode != "nobody" else "as-is", str(jobs),
-                           str(SRC)], capture_output=True, text=True, timeout=300, env=env, cwd="/", **kwargs)
-    if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:
-        pytest.skip("a user namespace mapping more than one uid needs a root parent to write its map")
-    if mode.startswith("userns") and "unshare(CLONE_NEWUSER)" in proc.stderr:
-        pytest.skip("this system refuses unprivileged user namespaces")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_mode(mode, str(jobs), tmpdir=str(tmp))
     deep, flood = got["results"]
     for result in (deep, flood):
         assert result["verdict"] != "passed" and result["cases_passed"] == 0, result

@@ -105,7 +105,7 @@ MODES = ["as-is", "userns-root", "nobody", "no-namespaces", "no-namespaces-no-la
 
 @pytest.mark.parametrize("mode", MODES)
 def test_memory_outside_the_limits_in_every_mode(mode):
-    from test_sandbox_modes import interpreter_for
+    from test_sandbox_modes import run_mode
 
     top = Path(tempfile.mkdtemp(prefix="mrgrpo-memory-"))
     tag = f"mrgrpo-trace-{os.getpid()}-{mode}"
@@ -119,23 +119,7 @@ def test_memory_outside_the_limits_in_every_mode(mode):
         ]
         jobs.write_text(json.dumps(specs))
         jobs.chmod(0o644)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-        kwargs: dict = {}
-        exe = sys.executable
-        if mode == "nobody" and os.geteuid() == 0:
-            exe = interpreter_for(65534)
-            if exe is None:
-                pytest.skip("no Python interpreter that uid 65534 can start")
-            kwargs = {"user": 65534, "group": 65534, "extra_groups": []}
-        proc = subprocess.run([exe, str(HERE / "sandbox_modes_script.py"), mode if mode != "nobody" else "as-is",
-                               str(jobs), str(SRC)], capture_output=True, text=True, timeout=300, env=env, cwd="/",
-                              **kwargs)
-        if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:
-            pytest.skip("a user namespace mapping more than one uid needs a root parent to write its map")
-        if mode.startswith("userns") and "unshare(CLONE_NEWUSER)" in proc.stderr:
-            pytest.skip("this system refuses unprivileged user namespaces")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        got = run_mode(mode, str(jobs))
         outside, inodes = got["results"]
         assert outside["verdict"] != "passed" and outside["cases_passed"] == 0, outside
         assert "WORKED []" in outside["stdout"], outside

@@ -38,7 +38,7 @@ from torch import Tensor
 from mrgrpo.errors import ConfigError, InputError
 from mrgrpo.estimators._checks import check_bool
 from mrgrpo.estimators._multi import choice_option, given, number_option
-from mrgrpo.estimators.groups import Groups, batch_standardize, column_sums64, group_moments
+from mrgrpo.estimators.groups import Groups, column_sums64, group_moments, has_nan
 from mrgrpo.estimators.grpo import grpo
 from mrgrpo.estimators.registry import SIGNAL_AGGREGATIONS, register_estimator
 
@@ -121,7 +121,7 @@ def base_advantages(rewards: Tensor, groups: Groups, weights: Tensor, base: str)
     if base == "grpo":
         return grpo(rewards, groups, weights.to(torch.float64), eps=GRPO_EPS)
     w = weights.to(rewards.dtype)
-    if not _has_nan(rewards):  # every rollout scored: no masks
+    if not has_nan(rewards):  # every rollout scored: no masks
         total = (rewards @ w).to(torch.float64)
         if total.numel() < 2:
             return torch.zeros_like(total).to(rewards.dtype)
@@ -161,7 +161,7 @@ def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor, global_me
     ``groups`` (the number of groups of at least two kept rollouts)."""
     s = signal.to(device=rewards.device, dtype=torch.float64)
     kept = _kept(s)
-    if not global_metrics and bool(kept.all()) and not _has_nan(rewards):
+    if not global_metrics and bool(kept.all()) and not has_nan(rewards):
         fast = _dense_statistics(rewards, groups, s)
         if fast is not None:
             return fast
@@ -207,11 +207,6 @@ def signal_statistics(rewards: Tensor, groups: Groups, signal: Tensor, global_me
         "kept": int(kept.sum()),
         "groups": int(enough.any(dim=1).sum()),
     }
-
-
-def _has_nan(x: Tensor) -> bool:
-    """Whether ``x`` holds a NaN (one reduction decides the common case: a finite sum)."""
-    return bool(torch.isnan(x.sum())) and bool(torch.isnan(x).any())
 
 
 def _kept(s: Tensor) -> Tensor:

@@ -424,6 +424,12 @@ class GroupMoments:
         return self.centered / self.groups.spread(self.scale)
 
 
+def has_nan(x: Tensor) -> bool:
+    """Whether ``x`` holds a NaN: one reduction decides the common case (a finite sum), the
+    elementwise test runs only where the sum is NaN (a NaN, or infinities that cancel)."""
+    return bool(torch.isnan(x.sum())) and bool(torch.isnan(x).any())
+
+
 def group_moments(x: Tensor, groups: Groups, sum_sq: bool = True, shifted: bool = False) -> GroupMoments:
     """NaN-aware within-group moments of ``x`` ``[N, C]`` (shifted two-pass, see the module).
 
@@ -439,9 +445,9 @@ def group_moments(x: Tensor, groups: Groups, sum_sq: bool = True, shifted: bool 
     if shifted:
         xl = groups.rows(x)
         return _centered_moments(x, groups, xl, xl, groups.layout_sizes(x.dtype), None, sum_sq)
-    has_nan = bool(torch.isnan(x.sum())) and bool(torch.isnan(x).any())
+    nan_present = has_nan(x)
     xl = groups.rows(x)
-    if not has_nan:
+    if not nan_present:
         shifted = xl - groups.spread(groups.representative(xl))
         count = groups.layout_sizes(x.dtype)
         present = None
