@@ -239,7 +239,7 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
             try:
                 result = processes.execute((_framed(judge), _framed(candidate)), n_cases, limits, launcher,
                                            shared_userns=shared, reap=reap or timing, stdlib=stdlib,
-                                           has_workdir=bool(workdir))
+                                           has_workdir=bool(workdir), key=processes.confinement_key(candidate))
                 break
             except processes.NeedsWorkdir:
                 workdir = None

@@ -176,12 +176,14 @@ class Zygote:
               required: bool = False) -> int:
         """Fork a candidate (``C``, its five pipe ends) or a judge server (``K``, its socket); the
         pid. ``userns``: a candidate that may be forked by the candidate launcher; ``required``:
-        only there (:class:`ZygoteDied` if it is not serving)."""
+        only there (:class:`ZygoteDied` if it is not serving). ``C`` may carry the key of the
+        candidate's limits (``C<key>``: see :func:`.processes.confinement_key`), for which the
+        candidate launcher confines its spare candidates."""
         with self._send_lock:
             with self._cond:
                 if not self.alive:
                     raise ZygoteDied("sandbox launcher is gone")
-            channel = self._candidate_channel(timeout) if kind == b"C" and userns else self._main
+            channel = self._candidate_channel(timeout) if kind[:1] == b"C" and userns else self._main
             if required and channel is not self._userns:
                 raise ZygoteDied("sandbox candidate launcher is not serving")
             try:

@@ -87,6 +87,9 @@ def _zygote(control_fd, userns_fd=-1, stdlib=None):
     _harden(pdeathsig=False)
     confine.warm()
     _exceptions(sys.modules["builtins"].__dict__)
+    # The first compile() of source text builds the interpreter's AST node types (~120 classes,
+    # over a millisecond of CPU): built here once, every forked candidate inherits them.
+    compile("pass", "<warm>", "exec", dont_inherit=True)
     gc.collect()
     gc.freeze()  # forked children do not copy the preloaded heap's pages by collecting it
     live = set()
@@ -135,9 +138,11 @@ def _fork_role(message, fds, control, wake_r, wake_w):
     return pid, pid
 
 
-def _serve(control_fd, live, fork):
+def _serve(control_fd, live, fork, after=None, unreported=frozenset()):
     """The loop of a launcher: fork on each message (``fork`` says how), report forks and exits
-    (``X`` with the pid it reported for that child), kill everything when the control socket closes."""
+    (``X`` with the pid it reported for that child), kill everything when the control socket closes.
+    ``after(control, wake_r, wake_w)``: called once each fork has been reported (off the caller's
+    path); a child in ``unreported`` (a set the caller of this loop keeps) exits unreported."""
     import posix
     import select
     import signal
@@ -160,6 +165,9 @@ def _serve(control_fd, live, fork):
             if pid == 0:
                 break
             live.discard(pid)
+            if pid in unreported:  # a spare candidate that never got a run (see _candidate_launcher)
+                unreported.discard(pid)
+                continue
             lines.append(b"X %d %d\n" % (reported.pop(pid, pid), status))
         if lines:
             try:
@@ -192,7 +200,7 @@ def _serve(control_fd, live, fork):
         if control not in ready:
             continue
         try:
-            message, fds, _, _ = socket.recv_fds(control, 16, 16)
+            message, fds, _, _ = socket.recv_fds(control, 512, 16)
         except OSError:
             shutdown()
         if not message:
@@ -210,6 +218,8 @@ def _serve(control_fd, live, fork):
             shutdown()
         if forked:
             control.sendall(b"P %d\n" % forked[1])
+        if after is not None:
+            after(control, wake_r, wake_w)
 
 
 _CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
@@ -246,6 +256,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
     the socket closes: the caller then sends its candidates to :func:`_zygote`.
     """
     import posix
+    import socket
 
     code = 70
     try:
@@ -283,22 +294,25 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
         if not _candidate_works():
             posix._exit(0)  # before R: the caller sends its candidates to the launcher itself
         posix.write(control_fd, b"R %d\n" % me)
+        live, spares, state = set(), set(), {}
+        uids = iter(range(_SPARE_UIDS, _SPARE_UIDS + (1 << 24)))
 
-        def fork(message, fds, control, wake_r, wake_w):
-            if (message[:1], len(fds)) != (b"C", 5):
-                return None
+        def start(fds, control, wake_r, wake_w, spare=None):
+            """Fork a candidate into a PID namespace of its own: ``(pid, pid as the caller sees it)``,
+            None if refused. With ``spare`` (``(its end of a socket pair, its prepared job)``) and
+            no ``fds`` it is a spare."""
             if libc.unshare(_CLONE_NEWPID) != 0:  # never fork a candidate into this PID namespace
-                return False
+                return None
             try:
                 pid = posix.fork()
             except OSError:
                 pid = -1
             if pid == 0:
-                _zygote_child("candidate", fds, control, wake_r, wake_w)
+                _zygote_child("candidate", fds, control, wake_r, wake_w, spare)
             if libc.setns(own, _CLONE_NEWPID) != 0:  # the next candidate's PID namespace: not this one's
                 posix._exit(71)
             if pid < 0:
-                return False
+                return None
             if real_root:  # this launcher is in the caller's PID namespace: the pid is the caller's
                 return pid, pid
             host = _caller_pid(pid, proc)
@@ -308,10 +322,56 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
                     posix.waitpid(pid, 0)
                 except OSError:
                     pass
-                return False
+                return None
             return pid, host
 
-        _serve(control_fd, set(), fork)
+        def fork(message, fds, control, wake_r, wake_w):
+            if (message[:1], len(fds)) != (b"C", 5):
+                return None
+            key = message[1:]
+            state["key"] = key
+            spare = state.pop("spare", None)
+            if spare is not None:
+                pid, host, sock, prepared_for = spare
+                try:
+                    if prepared_for == key:
+                        socket.send_fds(sock, [b"J"], fds)
+                        spares.discard(pid)  # from now on its exit is reported like any candidate's
+                        return pid, host
+                except OSError:  # gone: a candidate is forked instead
+                    pass
+                finally:
+                    sock.close()
+                try:  # prepared for other limits (or gone): reaped unreported
+                    posix.kill(pid, 9)
+                except OSError:
+                    pass
+            started = start(fds, control, wake_r, wake_w)
+            return False if started is None else started
+
+        def refill(control, wake_r, wake_w):
+            # The next candidate, forked and confined now, for the limits of the last run (the
+            # caller sends them with each candidate it asks for, ``C<key>``): after this one's
+            # pid went to the caller, so the fork, the interpreter's own work after it and the
+            # whole confinement are done while the current run goes on, not on the next one's way.
+            if "spare" in state or "key" not in state:
+                return
+            prepared = _spare_job(state["key"], stdlib, next(uids, None) if real_root else None)
+            if prepared is None:
+                return
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                started = start(None, control, wake_r, wake_w, (theirs.fileno(), prepared))
+            finally:
+                theirs.close()
+            if started is None:
+                ours.close()
+                return
+            live.add(started[0])
+            spares.add(started[0])
+            state["spare"] = (started[0], started[1], ours, state["key"])
+
+        _serve(control_fd, live, fork, refill, spares)
     except BaseException:
         pass
     posix._exit(code)
@@ -367,7 +427,59 @@ def _caller_pid(pid, proc):
     return None
 
 
-def _zygote_child(role, fds, control, wake_r, wake_w):
+# Uids of the spare candidates of a candidate launcher run as real root (one each, never reused
+# by that launcher): a range of their own, apart from the caller's per-run uids (2,000,000 and up).
+_SPARE_UIDS = 3_000_000_000
+
+
+def _spare_job(key, stdlib, uid):
+    """The job a spare candidate is confined for, from the caller's key
+    ``tmpfs_kb,tmpfs_inodes,cpu_s,fsize,nofile,address_space;refused layers`` (None if it is
+    not one)."""
+    try:
+        numbers, refuse = key.decode("ascii").split(";")
+        values = [int(v) for v in numbers.split(",")]
+    except ValueError:
+        return None
+    if len(values) != 6 or min(values) < 0:
+        return None
+    job = dict(zip(confine.PREPARED[2:], values))
+    job.update(refuse=tuple(r for r in refuse.split(",") if r), stdlib=stdlib, workdir="", uid=uid)
+    return job
+
+
+def _prepare(job):
+    """A spare candidate's confinement, before it has a run: ``(job, working directory, layers)``
+    for :func:`~.candidate._candidate_main`; then a first compile, whose copy-on-write faults
+    (the compiler's first use of this process's heap) it would otherwise pay on its run's way."""
+    workdir, layers = confine.confine(job)
+    compile("def _f(a, *b, c=None, **d):\n    return [e for e in a if e] or {b: c}\n", "<warm>", "exec",
+            dont_inherit=True)
+    return job, workdir, layers
+
+
+def _await_run(spare):
+    """A spare candidate: the five pipe ends of its run, from the candidate launcher (exits when
+    the launcher closes the socket instead)."""
+    import posix
+    import socket
+
+    sock = socket.socket(fileno=spare)
+    try:
+        message, fds, _, _ = socket.recv_fds(sock, 16, 8)
+    except OSError:
+        posix._exit(0)
+    finally:
+        sock.close()
+    if message != b"J" or len(fds) != 5:
+        posix._exit(0)
+    return fds
+
+
+def _zygote_child(role, fds, control, wake_r, wake_w, spare=None):
+    """A forked judge server or candidate. ``spare``: ``(socket fd, job)`` of a candidate forked
+    before its run (``fds`` None): it confines itself for that job's limits, then waits on its
+    end of the socket for the run's five pipe ends, then runs (the job it reads must match)."""
     import posix
     import signal
     import sys
@@ -381,9 +493,8 @@ def _zygote_child(role, fds, control, wake_r, wake_w):
         for fd in (control.detach(), wake_r, wake_w):
             posix.close(fd)
         posix.setsid()
-        _harden(pdeathsig=True)
-        if "random" in sys.modules:
-            sys.modules["random"].seed()
+        _harden(pdeathsig=True)  # a spare too: it ends with the launcher that would hand it a run
+        # (random reseeds itself in a forked child: its own at-fork hook)
 
         def read(n):
             try:
@@ -396,13 +507,17 @@ def _zygote_child(role, fds, control, wake_r, wake_w):
             _arrange([null, null, null, null, null, null, fds[0]], 0)
             _judge_server(6, lambda n: _read_exact(0, n))
         else:
+            prepared = None
+            if spare is not None:
+                prepared = _prepare(spare[1])
+                fds = _await_run(spare[0])
             image = None
             if confine.IMAGE_PATH is not None:
                 # a description of the image of its own: the launcher's, which every candidate
                 # would share, has one file offset that one could move and another read
                 image = posix.open(confine.IMAGE_PATH, posix.O_RDONLY | posix.O_CLOEXEC)
             _arrange(fds, 0, None if image is None else (image, confine.IMAGE_FD))
-            _candidate_main(read)
+            _candidate_main(read, prepared)
         code = 0
     except SystemExit:
         code = 0

@@ -9,6 +9,7 @@ judge's requests.
 
 from _pickle import loads as _unpickle
 
+from .confine import PREPARED as _PREPARED
 from .confine import confine
 from .io import _read_exact, _send
 from .wire import decode, encode
@@ -197,8 +198,10 @@ def _error_payload(error):
     return encode((name[:80], message[:1000] if type(message) is str else ""))
 
 
-def _candidate_main(read):
-    """The untrusted side: fds 0 (program, then /dev/null), 1, 2 (captured), 3 (requests), 4 (replies)."""
+def _candidate_main(read, prepared=None):
+    """The untrusted side: fds 0 (program, then /dev/null), 1, 2 (captured), 3 (requests), 4 (replies).
+    ``prepared``: ``(job, working directory, layers)`` of a spare candidate, confined already
+    for that job's limits (:func:`~.boot._prepare`); it runs only a job with the same ones."""
     import io
     import marshal
     import posix
@@ -207,7 +210,14 @@ def _candidate_main(read):
     job = marshal.loads(read(int(read(10))))
     posix.close(0)
     posix.open("/dev/null", posix.O_RDONLY)
-    workdir, layers = confine(job)
+    if prepared is None:
+        workdir, layers = confine(job)
+    else:
+        for name in _PREPARED:
+            if job[name] != prepared[0][name]:
+                posix._exit(71)  # never: the candidate launcher hands a spare only the run it was made for
+        workdir, layers = prepared[1], prepared[2]
+        job["stdlib"] = prepared[0]["stdlib"]
     private = "chroot" in layers
     minimum = job["minimum"]
     if (minimum == "private-root" and not private) or (

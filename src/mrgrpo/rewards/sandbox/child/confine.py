@@ -885,6 +885,11 @@ _CLOCK_OF_PID_0 = 0xFFFFFFF8  # ((~0) << 3): the CPU clocks of pid 0 (this proce
 _OPEN_WRITES = 0o1 | 0o2 | 0o100 | 0o1000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC (O_TMPFILE needs one of the first two)
 
 
+# The parts of a candidate's job its confinement depends on (besides its uid): a spare candidate
+# of the candidate launcher is confined with the values the caller sent for the run it will serve
+# (boot._spare_job), and runs a job only if they match.
+PREPARED = ("refuse", "stdlib", "tmpfs_kb", "tmpfs_inodes", "cpu_s", "fsize", "nofile", "address_space")
+
 _PROGRAMS = {}  # machine -> (program for pid 0, offsets of the pid in it): built once, in the launcher
 
 

@@ -47,8 +47,11 @@ def _arrange(sources, first, keep=None):
     import fcntl
     import posix
 
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 256) for fd in sources]
-    kept = None if keep is None else fcntl.fcntl(keep[0], fcntl.F_DUPFD, 256)
+    # copies above every target first (so no dup2 below overwrites a source), yet low enough
+    # for a process whose RLIMIT_NOFILE is already set (a prepared spare candidate)
+    low = first + len(sources)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, low) for fd in sources]
+    kept = None if keep is None else fcntl.fcntl(keep[0], fcntl.F_DUPFD, low)
     for target, fd in enumerate(high, first):
         posix.dup2(fd, target)
     if kept is None:
