@@ -291,6 +291,9 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
         if not confine.prepare_root(stdlib):
             posix._exit(0)
         confine.IN_LAUNCHER, confine.LAUNCHER_REAL_ROOT = True, real_root
+        confine.prepare_seccomp(1)  # every candidate here is process 1 of its own PID namespace
+        if real_root:
+            confine.BOUNDING_SET_EMPTY = confine.drop_bounding_set()
         if not _candidate_works():
             posix._exit(0)  # before R: the caller sends its candidates to the launcher itself
         posix.write(control_fd, b"R %d\n" % me)

@@ -598,6 +598,21 @@ def _setgroups_denied():
         return False
 
 
+#: The bounding set is empty already: the candidate launcher, as real root, empties its own
+#: once (:func:`drop_bounding_set`; its effective and permitted sets stay), and every process it
+#: forks inherits it.
+BOUNDING_SET_EMPTY = False
+
+
+def drop_bounding_set():
+    """Empty this process's capability bounding set (what execve may grant); True if it is."""
+    _, libc, _ = _c()
+    cap = 0
+    while cap < 64 and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+        cap += 1  # until EINVAL past the last capability (EPERM without CAP_SETPCAP: setuid clears them)
+    return cap > 0 and all(libc.prctl(_PR_CAPBSET_READ, c, 0, 0, 0) == 0 for c in range(cap))
+
+
 def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
     """uid 0 (real root with or without namespaces, or uid 0 of a user namespace that may make
     none): every capability gone, the bounding set emptied and securebits locked first (as uid
@@ -622,9 +637,8 @@ def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
             _reach_stdlib(stdlib)
         except OSError:
             ids = None
-    cap = 0
-    while cap < 64 and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
-        cap += 1  # until EINVAL past the last capability (EPERM without CAP_SETPCAP: setuid clears them)
+    if not BOUNDING_SET_EMPTY:
+        drop_bounding_set()
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0)  # checked with the rest (_capabilities_gone)
     changed, own_gid = False, posix.getgid()
@@ -1048,16 +1062,31 @@ def _build_program(machine, me):
     return bytes(out)
 
 
+_FILTERS = {}  # pid -> (buffer, struct sock_fprog) made ahead (prepare_seccomp)
+
+
+def prepare_seccomp(pid):
+    """Make the filter for a process of pid ``pid`` ahead, in the launcher: the candidate
+    launcher's candidates are each process 1 of their PID namespace, so theirs is made once."""
+    import posix
+
+    ctypes, _, _ = _c()
+    program = seccomp_program(posix.uname().machine, pid)
+    if program is not None:
+        buffer = ctypes.create_string_buffer(program, len(program))
+        _FILTERS[pid] = (buffer, _CTYPES[3](len(program) // 8, ctypes.addressof(buffer)))
+
+
 def _seccomp():
     """Install the filter on this process (inherited by anything it could start). False if unsupported."""
     import posix
 
     ctypes, libc, _ = _c()
-    program = seccomp_program(posix.uname().machine, posix.getpid())
-    if program is None:
-        return False
-    buffer = ctypes.create_string_buffer(program, len(program))
-    fprog = _CTYPES[3](len(program) // 8, ctypes.addressof(buffer))
+    if posix.getpid() not in _FILTERS:
+        prepare_seccomp(posix.getpid())
+        if posix.getpid() not in _FILTERS:
+            return False
+    _, fprog = _FILTERS[posix.getpid()]
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return False
     return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
