@@ -1,0 +1,93 @@
+"""How the caller starts each run's processes (``mrgrpo.rewards.sandbox.processes``, the
+candidate launcher in ``child/boot.py``): a spare candidate, confined before its run, serves only
+a run whose limits are the ones it was confined for; a run's judge and candidate share one CPU."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mrgrpo.rewards import sandbox
+from mrgrpo.rewards.sandbox import Job, Limits, run, run_many
+
+# Each run reports the limits it is under: rlimits and, with a private root, its tmpfs.
+LIMITS_SEEN = """
+import os
+import resource
+
+def seen():
+    rlimits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, resource.RLIMIT_NOFILE,
+                                                   resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)]
+    tmpfs = None
+    if os.getcwd() == "/tmp/work":
+        fs = os.statvfs(".")
+        tmpfs = [fs.f_blocks * fs.f_frsize, fs.f_files]
+    return [rlimits, tmpfs]
+"""
+
+A = Limits(wall_s=10, cpu_s=3, memory_mb=512, open_files=64, file_size_mb=16, tmpfs_mb=64, tmpfs_inodes=16384)
+B = Limits(wall_s=10, cpu_s=4, memory_mb=640, open_files=48, file_size_mb=8, tmpfs_mb=32, tmpfs_inodes=4096)
+
+
+def limits_job(limits: Limits) -> Job:
+    rlimits = [limits.memory_mb << 20, limits.open_files, limits.cpu_s, limits.file_size_mb << 20]
+    tmpfs = [limits.tmpfs_mb << 20, limits.tmpfs_inodes]
+    tests = f"def check(candidate):\n    got = candidate()\n    assert got[0] == {rlimits!r}, got\n" \
+            f"    assert got[1] in (None, {tmpfs!r}), got\n"
+    return Job(LIMITS_SEEN, tests, "humaneval", "seen", limits)
+
+
+def test_every_run_is_under_its_own_limits_whatever_ran_before():
+    """The candidate launcher confines its next spare for the limits of the last run; a run with
+    other limits gets a candidate confined for its own (never the spare)."""
+    order = [A, A, B, B, A, B, A, A, B]
+    for limits in order:
+        result = run(limits_job(limits))
+        assert result.passed, result
+    results = run_many([limits_job(limits) for limits in order * 3], workers=2)
+    assert all(r.passed for r in results), [r for r in results if not r.passed][:2]
+
+
+def test_a_spare_candidate_waits_confined_for_the_next_run():
+    result = run(limits_job(A))
+    assert result.passed, result
+    zygote = sandbox.processes._zygote_instance
+    if zygote is None or zygote.candidate_launcher_pid is None or "chroot" not in result.isolation:
+        pytest.skip("no candidate launcher here")
+    sandbox.processes.settle()
+    launcher = zygote.candidate_launcher_pid
+    children = open(f"/proc/{launcher}/task/{launcher}/children").read().split()
+    assert len(children) == 1  # the spare
+    status = open(f"/proc/{children[0]}/status").read()
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    caps = [line.split()[1] for line in status.splitlines() if line.startswith(("CapEff:", "CapPrm:", "CapBnd:"))]
+    # confined before any run reaches it: no capability (as root: a uid of its own, and the
+    # bounding set empty too; not root, it has none in its user namespace)
+    assert caps[:2] == ["0000000000000000"] * 2
+    if os.geteuid() == 0:
+        assert "0" not in uids and caps[2] == "0000000000000000"
+    assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status
+
+
+AFFINITY_TESTS = """
+import os
+
+def check(candidate):
+    cpus = candidate()
+    assert len(cpus) == 1, cpus
+    assert os.sched_getaffinity(0) == set(cpus), (os.sched_getaffinity(0), cpus)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to place")
+@pytest.mark.parametrize("launcher", [True, False], ids=["launcher", "fresh-interpreter"])
+def test_a_runs_judge_and_candidate_share_one_cpu(launcher):
+    """The tests run in the judge: the CPU it may use is the candidate's, and only that one."""
+    program = "import os\n\ndef cpus():\n    return sorted(os.sched_getaffinity(0))\n"
+    jobs = [Job(program, AFFINITY_TESTS, "humaneval", "cpus", A) for _ in range(6)]
+    before = os.sched_getaffinity(0)
+    results = run_many(jobs, workers=2, launcher=launcher)
+    assert all(r.passed for r in results), [r for r in results if not r.passed][:2]
+    assert run(jobs[0], launcher=launcher).passed
+    assert os.sched_getaffinity(0) == before  # the caller's own thread is never moved
