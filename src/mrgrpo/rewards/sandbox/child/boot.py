@@ -292,6 +292,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
             posix._exit(0)
         confine.IN_LAUNCHER, confine.LAUNCHER_REAL_ROOT = True, real_root
         confine.prepare_seccomp(1)  # every candidate here is process 1 of its own PID namespace
+        confine.install_prefilter()  # installing the candidates' filter then costs a quarter
         if real_root:
             confine.BOUNDING_SET_EMPTY = confine.drop_bounding_set()
         if not _candidate_works():

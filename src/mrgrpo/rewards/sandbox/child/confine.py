@@ -1077,6 +1077,26 @@ def prepare_seccomp(pid):
         _FILTERS[pid] = (buffer, _CTYPES[3](len(program) // 8, ctypes.addressof(buffer)))
 
 
+def install_prefilter():
+    """In the candidate launcher, once: a filter that allows every call but reads an argument
+    first. The kernel caches, per filter, which system calls it allows whatever their arguments,
+    and to build that cache for a new filter it runs the filter once per system call number
+    (hundreds of runs of the candidates' 200-odd instructions, under a lock, at each candidate's
+    install: about 0.2 ms here); a call the filters below it do not always allow is never
+    tried again. Under this one none is, so installing the candidates' filter costs 0.05 ms, and
+    each of their calls runs both filters (8 ns more a call than with the cache, measured). The
+    candidates' filter decides what they may do: this one refuses nothing. True if installed."""
+    import struct
+
+    ctypes, libc, _ = _c()
+    program = struct.pack("=HBBI", 0x20, 0, 0, 16) + struct.pack("=HBBI", 0x06, 0, 0, _RET_ALLOW)  # ld args[0]; ret ALLOW
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _CTYPES[3](2, ctypes.addressof(buffer))
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
+
+
 def _seccomp():
     """Install the filter on this process (inherited by anything it could start). False if unsupported."""
     import posix
