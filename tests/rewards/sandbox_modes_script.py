@@ -18,7 +18,8 @@ needs root), ``no-namespaces``
 It imports the sandbox package without the rest of ``mrgrpo`` (whose dependencies another
 user's interpreter may lack), counts every catchable signal it receives, and prints one JSON
 line: ``{"uid", "results": [{verdict, error_type, cases_passed, isolation, test_time, wall, stdout}], "signals",
-"efficiency": {case: [score per program]}}`` (the efficiency cases come from ``JOBS.json.efficiency``).
+"efficiency": {case: [score per program], case + ":pass": [pass per program]}}`` (the efficiency
+cases come from ``JOBS.json.efficiency``).
 Each job's ``{CALLER}`` in the program is replaced by this process's pid first.
 """
 
@@ -158,11 +159,12 @@ def main() -> None:
         with open(jobs_path + ".efficiency") as handle:
             cases = json.load(handle)
         for name, case in cases.items():
-            suite = code_suite(components=("efficiency",), timeout=6, workers=2)
+            suite = code_suite(components=("efficiency", "pass"), timeout=6, workers=2)
             n = len(case["programs"])
             columns = {"test": [case["test"]] * n, "entry_point": ["f"] * n, "code_prefix": [""] * n,
                        "test_format": ["humaneval"] * n, "reference": [case["reference"]] * n}
             efficiency[name] = suite.components[0](["p"] * n, case["programs"], **columns)
+            efficiency[name + ":pass"] = suite.components[1](["p"] * n, case["programs"], **columns)
     print(json.dumps({"uid": os.geteuid(), "results": out, "signals": received, "efficiency": efficiency}), flush=True)
 
 

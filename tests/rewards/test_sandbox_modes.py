@@ -453,11 +453,15 @@ def workspace():
     with open(jobs, "w") as handle:
         json.dump(specs, handle)
     from test_sandbox_hostile import BURN_AT_LOAD, HEAVY_TESTS, HONEST, PRECOMPUTED, TWICE_THE_WORK
+    from test_sandbox_selfserve import LEAN, LIGHT, MEDIUM, REFERENCE, SELF_SERVED
 
     efficiency = {
         "tricks": {"test": HEAVY_TESTS, "reference": HONEST, "programs": [HONEST, PRECOMPUTED, BURN_AT_LOAD]},
         "twice-as-fast": {"test": HEAVY_TESTS, "reference": TWICE_THE_WORK,
                           "programs": [HONEST + f"\n# copy {i}\n" for i in range(3)]},
+        # the reference's algorithm serving its own end of the judge's pipe (test_sandbox_selfserve)
+        "self-served-medium": {"test": MEDIUM, "reference": REFERENCE, "programs": [SELF_SERVED, LEAN]},
+        "self-served-light": {"test": LIGHT, "reference": REFERENCE, "programs": [SELF_SERVED, LEAN]},
     }
     with open(jobs + ".efficiency", "w") as handle:
         json.dump(efficiency, handle)
@@ -547,6 +551,12 @@ def test_every_privilege_mode(mode, workspace):
     # time, the harness's subtracted (docs/sandbox.md)
     scored = sorted(e for e in got["efficiency"]["twice-as-fast"] if e is not None)
     assert scored and 0.3 <= scored[(len(scored) - 1) // 2] <= 0.7, got["efficiency"]
+    # serving its own pipe earns the reference's algorithm no more than a copy: <= 0.10 (None: the
+    # problem or the window abstains), in every mode
+    print(mode, "efficiency:", got["efficiency"])
+    for case in ("self-served-medium", "self-served-light"):
+        assert got["efficiency"][case + ":pass"] == [1.0, 1.0], (case, got["efficiency"])  # they do serve it
+        assert all(e is None or e <= 0.10 for e in got["efficiency"][case]), (case, got["efficiency"])
     assert ipc_objects(key) == []  # no SysV object or mqueue left where the caller is
     report = attacks[list(ATTACKS).index("privileges")]["stdout"]
     assert report.startswith("PRIVILEGES ("), report
