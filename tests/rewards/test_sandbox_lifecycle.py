@@ -53,7 +53,18 @@ SCRIPT = textwrap.dedent(
             time.sleep(0.01)
         announced.extend(sorted(sandbox.processes._live))
         zygote = sandbox.processes._zygote_instance
-        print(json.dumps({"pids": sorted(sandbox.processes._live_pids()),
+        # every process under the launcher too: the candidate launcher's spare candidates (and,
+        # not root, its relay), which the caller does not know
+        descendants, todo = [], [zygote.pid] if zygote is not None else []
+        while todo:
+            pid = todo.pop()
+            try:
+                children = [int(c) for c in open("/proc/%d/task/%d/children" % (pid, pid)).read().split()]
+            except OSError:
+                continue
+            descendants += children
+            todo += children
+        print(json.dumps({"pids": sorted(sandbox.processes._live_pids()), "descendants": sorted(descendants),
                           "candidate_launcher": zygote is not None and zygote.candidate_launcher_pid is not None}), flush=True)
         if mode.endswith("exception"):
             sys.stdin.readline()  # the test has seen every process alive
@@ -96,6 +107,9 @@ def start(mode: str):
     # the launcher, two judges and two candidates, and the candidate launcher that forks the
     # candidates wherever the system lets it make namespaces
     assert len(pids) == 5 + started["candidate_launcher"] and all(alive(p) for p in pids)
+    # ... and everything under the launcher: those, the candidate launcher's spare candidates
+    # waiting for a run (and, not root, its relay) must end too
+    pids = sorted(set(pids) | set(started["descendants"]))
     try:
         proc.stdin.write("go\n")  # the exception modes interrupt themselves only now
         proc.stdin.flush()
