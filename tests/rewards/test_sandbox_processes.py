@@ -91,3 +91,26 @@ def test_a_runs_judge_and_candidate_share_one_cpu(launcher):
     assert all(r.passed for r in results), [r for r in results if not r.passed][:2]
     assert run(jobs[0], launcher=launcher).passed
     assert os.sched_getaffinity(0) == before  # the caller's own thread is never moved
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to place")
+def test_the_placement_can_be_left_to_the_kernel(monkeypatch):
+    monkeypatch.setenv(sandbox.processes.PLACEMENT_ENV, "0")
+    program = "import os\n\ndef cpus():\n    return sorted(os.sched_getaffinity(0))\n"
+    everywhere = sorted(os.sched_getaffinity(0))
+    tests = f"def check(candidate):\n    assert candidate() == {everywhere!r}\n"
+    results = run_many([Job(program, tests, "humaneval", "cpus", A) for _ in range(4)], workers=2)
+    assert all(r.passed for r in results), [r for r in results if not r.passed][:2]
+
+
+def test_ties_go_round_from_a_place_drawn_per_process():
+    """Several processes using the sandbox do not all put their first run on the first CPU."""
+    from mrgrpo.rewards.sandbox.processes import _Placement
+
+    firsts = set()
+    for _ in range(40):
+        cpu = _Placement().pin((-1, -1))  # no such processes: only the choice is made
+        if cpu is None:
+            pytest.skip("one CPU here")
+        firsts.add(cpu)
+    assert len(firsts) > 1 and firsts <= os.sched_getaffinity(0)

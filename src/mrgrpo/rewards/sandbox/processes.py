@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import selectors
 import signal
 import socket
@@ -310,28 +311,43 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, r
     return parse_report(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
 
 
+#: Set this environment variable to ``0`` to leave the placement of the sandbox's processes to
+#: the kernel (see :class:`_Placement`); read at every run.
+PLACEMENT_ENV = "MRGRPO_SANDBOX_CPU_PLACEMENT"
+
+
 class _Placement:
     """Which CPU each run's judge and candidate share.
 
     The two take turns (the judge sends a request and waits for the reply), so on one CPU each
     hand-over is a direct switch from the writer to the reader; on two, it wakes the other CPU,
     which costs about ten times as much (70 against 7 microseconds a round trip on this
-    project's 2-core VM). A run goes to the CPU, among those the caller may use, with the
-    fewest runs on it. Best effort: a process that may not be moved (or is gone) stays where it is."""
+    project's 2-core VM). A run goes to the CPU, among those the calling thread may use, with the
+    fewest of this process's runs on it; ties go round from a place drawn once per process, so
+    that several processes using the sandbox (one per GPU, say) do not all start on the first
+    CPUs. The two pids are moved there with ``sched_setaffinity`` (the caller's own threads never
+    are); best effort: a process that may not be moved (or is gone) stays where it is. Set
+    :data:`PLACEMENT_ENV` to ``0`` to leave them to the kernel's balancing instead (each run then
+    pays the cross-CPU hand-overs)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._load: dict[int, int] = {}
+        self._start = random.randrange(1 << 16)
 
     def pin(self, pids: tuple[int, int]) -> int | None:
+        if os.environ.get(PLACEMENT_ENV, "1").strip() == "0":
+            return None
         with self._lock:
             try:
-                allowed = os.sched_getaffinity(0)
+                allowed = sorted(os.sched_getaffinity(0))
             except OSError:
                 return None
             if len(allowed) < 2:
                 return None
-            cpu = min(sorted(allowed), key=lambda c: self._load.get(c, 0))
+            turn = self._start % len(allowed)
+            order = allowed[turn:] + allowed[:turn]
+            cpu = min(order, key=lambda c: self._load.get(c, 0))
             self._load[cpu] = self._load.get(cpu, 0) + 1
         for pid in pids:
             try:
