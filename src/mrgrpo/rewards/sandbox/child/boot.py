@@ -299,7 +299,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
             posix._exit(0)  # before R: the caller sends its candidates to the launcher itself
         posix.write(control_fd, b"R %d\n" % me)
         live, spares, state = set(), set(), {}
-        uids = iter(range(_SPARE_UIDS, _SPARE_UIDS + (1 << 24)))
+        made = [0]  # spares made: as root each gets the next uid of their range (round it goes)
 
         def start(fds, control, wake_r, wake_w, spare=None):
             """Fork a candidate into a PID namespace of its own: ``(pid, pid as the caller sees it)``,
@@ -360,7 +360,8 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
             # whole confinement are done while the current run goes on, not on the next one's way.
             if "spare" in state or "key" not in state:
                 return
-            prepared = _spare_job(state["key"], stdlib, next(uids, None) if real_root else None)
+            made[0] += 1
+            prepared = _spare_job(state["key"], stdlib, _SPARE_UIDS + made[0] % (1 << 24) if real_root else None)
             if prepared is None:
                 return
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -431,8 +432,9 @@ def _caller_pid(pid, proc):
     return None
 
 
-# Uids of the spare candidates of a candidate launcher run as real root (one each, never reused
-# by that launcher): a range of their own, apart from the caller's per-run uids (2,000,000 and up).
+# Uids of the spare candidates of a candidate launcher run as real root (one each, reused only
+# after 2**24 spares, long gone by then): a range of their own, apart from the caller's per-run
+# uids (2,000,000 to 2,000,000 + 2**24).
 _SPARE_UIDS = 3_000_000_000
 
 
