@@ -346,10 +346,11 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
                     pass
                 finally:
                     sock.close()
-                try:  # prepared for other limits (or gone): reaped unreported
-                    posix.kill(pid, 9)
-                except OSError:
-                    pass
+                if pid in spares:  # prepared for other limits, or dying: killed, reaped unreported
+                    try:  # (once reaped, its pid is no longer its own: never signalled then)
+                        posix.kill(pid, 9)
+                    except OSError:
+                        pass
             started = start(fds, control, wake_r, wake_w)
             return False if started is None else started
 

@@ -217,7 +217,6 @@ def _candidate_main(read, prepared=None):
             if job[name] != prepared[0][name]:
                 posix._exit(71)  # never: the candidate launcher hands a spare only the run it was made for
         workdir, layers = prepared[1], prepared[2]
-        job["stdlib"] = prepared[0]["stdlib"]
     private = "chroot" in layers
     minimum = job["minimum"]
     if (minimum == "private-root" and not private) or (
