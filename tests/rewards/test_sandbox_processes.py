@@ -5,6 +5,7 @@ a run whose limits are the ones it was confined for; a run's judge and candidate
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -59,7 +60,12 @@ def test_a_spare_candidate_waits_confined_for_the_next_run():
     launcher = zygote.candidate_launcher_pid
     children = open(f"/proc/{launcher}/task/{launcher}/children").read().split()
     assert len(children) == 1  # the spare
-    status = open(f"/proc/{children[0]}/status").read()
+    deadline = time.monotonic() + 10
+    while True:  # it confines itself right after it is forked (a busy machine can take a while)
+        status = open(f"/proc/{children[0]}/status").read()
+        if "Seccomp:\t2" in status or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
     caps = [line.split()[1] for line in status.splitlines() if line.startswith(("CapEff:", "CapPrm:", "CapBnd:"))]
     # confined before any run reaches it: no capability (as root: a uid of its own, and the
