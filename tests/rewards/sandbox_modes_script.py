@@ -117,6 +117,38 @@ def refuse_namespaces() -> None:
         raise OSError(ctypes.get_errno(), "seccomp")
 
 
+def lifecycle(sandbox, Job, Limits, run_many) -> None:
+    """``--lifecycle`` instead of a jobs file: two runs of a sleeping program in flight (after one
+    that ran, so that the candidate launcher has a spare waiting), then one line
+    ``{"pids": [every process under the launcher, and the launcher]}``, then nothing until the
+    test kills this process."""
+    import threading
+    import time
+
+    sleeping = Job("import time\ntime.sleep(60)\ndef f():\n    return 1\n", "def check(c):\n    assert c() == 1\n",
+                   "humaneval", "f", Limits(wall_s=120, cpu_s=60))
+    quick = Job("def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "humaneval", "f",
+                Limits(wall_s=120, cpu_s=60))
+    assert run_many([quick], workers=1)[0].passed
+    threading.Thread(target=run_many, args=([sleeping] * 2,), kwargs={"workers": 2}, daemon=True).start()
+    while len(sandbox.processes._live) < 4:  # two runs (judge + candidate each) in flight
+        time.sleep(0.01)
+    time.sleep(0.5)  # the spare forked after the second run's reply
+    zygote = sandbox.processes._zygote_instance
+    pids, todo = [zygote.pid], [zygote.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                children = [int(c) for c in handle.read().split()]
+        except OSError:
+            continue
+        pids += children
+        todo += children
+    print(json.dumps({"pids": sorted(pids), "live": sorted(sandbox.processes._live_pids())}), flush=True)
+    time.sleep(600)
+
+
 def main() -> None:
     mode, jobs_path, src = sys.argv[1:4]
     received: list[int] = []
@@ -138,6 +170,9 @@ def main() -> None:
 
     if mode == "no-namespaces-no-landlock":
         sandbox._refused_layers = frozenset({"landlock"})
+    if jobs_path == "--lifecycle":
+        lifecycle(sandbox, Job, Limits, run_many)
+        return
     with open(jobs_path) as handle:
         specs = json.load(handle)
     me = str(os.getpid())

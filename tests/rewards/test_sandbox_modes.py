@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -498,6 +499,48 @@ def run_mode(mode: str, jobs: str, tmpdir: str | None = None) -> dict:
         pytest.skip("this system refuses unprivileged user namespaces")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_sandbox_process_ends_when_the_caller_is_killed(mode):
+    """SIGKILL of the caller (no cleanup of its own runs): the launcher, its judges, candidates,
+    candidate launcher (and relay) and the spare candidates all end, in every mode."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    exe, kwargs = mode_interpreter(mode)
+    proc = subprocess.Popen([exe, str(HERE / "sandbox_modes_script.py"), mode if mode != "nobody" else "as-is",
+                             "--lifecycle", str(SRC)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd="/", **kwargs)
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            err = proc.communicate(timeout=30)[1]
+            if mode == "userns-wide-no-namespaces" and os.geteuid() != 0:
+                pytest.skip("a user namespace mapping more than one uid needs a root parent to write its map")
+            if mode.startswith("userns") and "unshare(CLONE_NEWUSER)" in err:
+                pytest.skip("this system refuses unprivileged user namespaces")
+            pytest.fail("the script printed nothing: " + err[-3000:])
+        got = json.loads(line)
+        pids = got["pids"]
+        print(mode, "processes under the launcher:", len(pids), "known to the caller:", len(got["live"]))
+        # the launcher, two judges, two candidates (and the candidate launcher, its spare, its
+        # relay, where the mode has them), all alive
+        assert set(got["live"]) <= set(pids) and len(got["live"]) >= 5 and all(alive(p) for p in pids), got
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if alive(p)], (mode, pids)
 
 
 EXPECTED_LAYERS = {
