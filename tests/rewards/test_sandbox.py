@@ -91,6 +91,14 @@ def test_infinite_loop_times_out(launcher):
     assert result.verdict is Verdict.TIMEOUT and time.monotonic() - start < 5
 
 
+def test_a_run_killed_for_its_time_keeps_every_case_it_finished(launcher):
+    """The judge sends its lines in batches; none it had is lost when the run is killed."""
+    program = "import time\n\ndef add(a, b):\n    if a == 3:\n        time.sleep(60)\n    return a + b\n"
+    tests = "def check(candidate):\n" + "".join(f"    assert candidate({i}, 1) == {i + 1}\n" for i in range(6))
+    result = run(job(program, tests, limits=Limits(wall_s=2.0, cpu_s=10)), launcher)
+    assert result.verdict is Verdict.TIMEOUT and (result.cases_passed, result.cases_total) == (3, 6), result
+
+
 def test_cpu_limit_is_a_timeout():
     result = run(job("while True:\n    pass\n", limits=Limits(wall_s=10, cpu_s=1)))
     assert result.verdict is Verdict.TIMEOUT

@@ -69,6 +69,7 @@ class _Link:
         # recording, or an answer the null program could not reproduce.
         self.record = None
         self.recorded_bytes = 0
+        self.waiting = None  # called with ``poll`` before each wait for a reply (_Report.waiting)
 
     def warm(self, cpu):
         """Untimed round trips before the timed part (the program is not loaded yet: only the
@@ -104,6 +105,8 @@ class _Link:
         start = self.clock()
         try:
             _send(self.to_fd, kind, payload)
+            if self.waiting is not None:
+                self.waiting(self.poll)
             reply = _recv(self.from_fd, self.cap)
         except ValueError:
             self.gone = "reply larger than the limit"
@@ -291,22 +294,71 @@ def _invalid_name(payload):
     return _name_of(RemoteError(name, ""))
 
 
+_FINAL = (b"done", b"error", b"invalid")
+
+
+class _Report:
+    """The verdict lines to the caller (fd 3, in the protocol's order), sent in batches: each
+    write wakes the caller, so the lines of a run that goes quickly go out together with its
+    last line. A line waits at most 20 ms: longer, and it goes out with the next line, or as soon
+    as the judge has waited that long for a reply (:meth:`waiting`), so that a run killed for its
+    time still has every case it finished reported. Timing runs (``batch`` False) write each
+    line at once, as the judge always did."""
+
+    WAIT_NS = 20_000_000
+
+    def __init__(self):
+        import time
+
+        self.clock = time.monotonic_ns
+        self.pending = []
+        self.since = 0
+        self.batch = True
+
+    def __call__(self, line):
+        if not self.pending:
+            self.since = self.clock()
+        self.pending.append(line + b"\n")
+        if not self.batch or line.startswith(_FINAL) or self.clock() - self.since > self.WAIT_NS:
+            self.flush()
+
+    def waiting(self, poll):
+        """Before the judge waits for a reply: what is pending goes out unless the reply comes
+        within the 20 ms."""
+        if self.pending and not poll.poll(self.WAIT_NS // 1_000_000):
+            self.flush()
+
+    def flush(self):
+        import posix
+
+        data, self.pending = b"".join(self.pending), []
+        try:
+            while data:
+                data = data[posix.write(3, data):]
+        except OSError:
+            pass
+
+
 def _judge_main(read):
     """The trusted side: fds 0 (job), 3 (verdict lines to the caller), 4 (to the candidate), 5 (from it)."""
+    report = _Report()
+    try:
+        _judge_run(read, report)
+    finally:
+        report.flush()
+
+
+def _judge_run(read, report):
     import builtins
     import marshal
     import posix
 
-    def report(line):
-        try:
-            posix.write(3, line + b"\n")
-        except OSError:
-            pass
-
     job = marshal.loads(read(int(read(10))))
     candidate_pid = int(read(10))  # written by the caller once the candidate exists
     posix.close(0)
+    report.batch = not job.get("settle")
     link = _Link(4, 5, job["value_cap"], builtins.__dict__, job["decode_items"], job["decode_cpu_ns"])
+    link.waiting = report.waiting
     try:
         kind, payload = _recv(5, 4096)
     except (EOFError, OSError, ValueError):
