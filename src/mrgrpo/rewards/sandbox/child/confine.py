@@ -1070,11 +1070,24 @@ def prepare_seccomp(pid):
     launcher's candidates are each process 1 of their PID namespace, so theirs is made once."""
     import posix
 
-    ctypes, _, _ = _c()
     program = seccomp_program(posix.uname().machine, pid)
     if program is not None:
-        buffer = ctypes.create_string_buffer(program, len(program))
-        _FILTERS[pid] = (buffer, _CTYPES[3](len(program) // 8, ctypes.addressof(buffer)))
+        _FILTERS[pid] = _filter(program)
+
+
+def _filter(program):
+    """``(buffer, struct sock_fprog)`` of a filter's bytes (the buffer must outlive the install)."""
+    ctypes = _c()[0]
+    buffer = ctypes.create_string_buffer(program, len(program))
+    return buffer, _CTYPES[3](len(program) // 8, ctypes.addressof(buffer))
+
+
+def _install_filter(fprog):
+    """``no_new_privs``, then the filter on this process; False if refused."""
+    ctypes, libc, _ = _c()
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
 
 
 def install_prefilter():
@@ -1088,28 +1101,21 @@ def install_prefilter():
     candidates' filter decides what they may do: this one refuses nothing. True if installed."""
     import struct
 
-    ctypes, libc, _ = _c()
     program = struct.pack("=HBBI", 0x20, 0, 0, 16) + struct.pack("=HBBI", 0x06, 0, 0, _RET_ALLOW)  # ld args[0]; ret ALLOW
-    buffer = ctypes.create_string_buffer(program, len(program))
-    fprog = _CTYPES[3](2, ctypes.addressof(buffer))
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        return False
-    return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
+    buffer, fprog = _filter(program)
+    return _install_filter(fprog)
 
 
 def _seccomp():
     """Install the filter on this process (inherited by anything it could start). False if unsupported."""
     import posix
 
-    ctypes, libc, _ = _c()
-    if posix.getpid() not in _FILTERS:
-        prepare_seccomp(posix.getpid())
-        if posix.getpid() not in _FILTERS:
+    pid = posix.getpid()
+    if pid not in _FILTERS:
+        prepare_seccomp(pid)
+        if pid not in _FILTERS:
             return False
-    _, fprog = _FILTERS[posix.getpid()]
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        return False
-    return libc.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0
+    return _install_filter(_FILTERS[pid][1])
 
 
 # --- rlimits -------------------------------------------------------------------------------
