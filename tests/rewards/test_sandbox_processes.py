@@ -120,3 +120,31 @@ def test_ties_go_round_from_a_place_drawn_per_process():
             pytest.skip("one CPU here")
         firsts.add(cpu)
     assert len(firsts) > 1 and firsts <= os.sched_getaffinity(0)
+
+
+# A program's garbage is collected as in any interpreter: collection is on at its top level and
+# in each call, and a cycle it drops is found by the automatic collection, not kept until exit.
+COLLECTED = """
+import gc
+import weakref
+
+on_at_load = gc.isenabled()
+
+class Node:
+    pass
+
+def collected():
+    node = Node()
+    node.self = node
+    alive = weakref.ref(node)
+    del node
+    keep = [[] for _ in range(10_000)]  # allocations enough for the automatic collections to run
+    return [on_at_load, gc.isenabled(), alive() is None]
+"""
+
+
+@pytest.mark.parametrize("launcher", [True, False], ids=["launcher", "fresh-interpreter"])
+def test_the_program_runs_with_the_usual_garbage_collection(launcher):
+    tests = "def check(candidate):\n    got = candidate()\n    assert got == [True, True, True], got\n"
+    result = run(Job(COLLECTED, tests, "humaneval", "collected", Limits(wall_s=20, cpu_s=10)), launcher)
+    assert result.passed, result

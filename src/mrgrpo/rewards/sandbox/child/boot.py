@@ -457,11 +457,12 @@ def _spare_job(key, stdlib, uid):
 
 def _prepare(job):
     """A spare candidate's confinement, before it has a run: ``(job, working directory, layers)``
-    for :func:`~.candidate._candidate_main`; then a first compile, whose copy-on-write faults
-    (the compiler's first use of this process's heap) it would otherwise pay on its run's way."""
+    for :func:`~.candidate._candidate_main`. (No warm-up compile here: the program's own compile
+    takes the same copy-on-write faults again, so a warm-up only adds CPU.)"""
+    import gc
+
+    gc.disable()  # the sandbox's own setup: see _candidate_main
     workdir, layers = confine.confine(job)
-    compile("def _f(a, *b, c=None, **d):\n    return [e for e in a if e] or {b: c}\n", "<warm>", "exec",
-            dont_inherit=True)
     return job, workdir, layers
 
 

@@ -202,11 +202,16 @@ def _candidate_main(read, prepared=None):
     """The untrusted side: fds 0 (program, then /dev/null), 1, 2 (captured), 3 (requests), 4 (replies).
     ``prepared``: ``(job, working directory, layers)`` of a spare candidate, confined already
     for that job's limits (:func:`~.boot._prepare`); it runs only a job with the same ones."""
+    import gc
     import io
     import marshal
     import posix
     import sys
 
+    # No collection during the sandbox's own setup: a collection walks (and so writes, a copy-on-
+    # write fault a page) objects the launcher made, and none of ours is garbage worth it. The
+    # setup's objects are frozen (never walked) and collection is back on before the program runs.
+    gc.disable()
     job = marshal.loads(read(int(read(10))))
     posix.close(0)
     posix.open("/dev/null", posix.O_RDONLY)
@@ -240,6 +245,8 @@ def _candidate_main(read, prepared=None):
         program, compile_error = compile(source, "<program>", "exec", dont_inherit=True, optimize=0), None
     except BaseException as error:
         program, compile_error = None, error
+    gc.freeze()
+    gc.enable()  # the program runs with the interpreter's usual collection
     _send(4, b"H", ",".join(layers + ["guards"]).encode())  # ready: what follows is timed
 
     loads, read_fd = _unpickle, posix.read
