@@ -148,3 +148,21 @@ def test_the_program_runs_with_the_usual_garbage_collection(launcher):
     tests = "def check(candidate):\n    got = candidate()\n    assert got == [True, True, True], got\n"
     result = run(Job(COLLECTED, tests, "humaneval", "collected", Limits(wall_s=20, cpu_s=10)), launcher)
     assert result.passed, result
+
+
+def test_a_job_that_raises_ends_the_batch_with_its_error_and_nothing_left_running(monkeypatch):
+    payloads = sandbox._payloads
+
+    def failing(job, *args, **kwargs):
+        if "raise here" in job.program:
+            raise RuntimeError("this job failed")
+        return payloads(job, *args, **kwargs)
+
+    monkeypatch.setattr(sandbox, "_payloads", failing)
+    good = Job("def f():\n    return 1\n", "def check(candidate):\n    assert candidate() == 1\n", "humaneval", "f",
+               Limits(wall_s=10, cpu_s=3))
+    bad = Job("# raise here\n" + good.program, good.tests, "humaneval", "f", good.limits)
+    with pytest.raises(RuntimeError, match="this job failed"):
+        run_many([good] * 5 + [bad] + [good] * 5, workers=2)
+    assert not sandbox.processes._live
+    assert [r.passed for r in run_many([good] * 3, workers=2)] == [True] * 3  # the sandbox still serves

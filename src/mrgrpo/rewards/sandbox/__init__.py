@@ -77,7 +77,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, as_completed, wait
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -388,6 +388,13 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _all_or_first_failure(futures) -> list:
+    """Wait until every future is done or one raised; the futures, one that raised first."""
+    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+    failed = [f for f in done if f.exception() is not None]
+    return failed + [f for f in futures if f not in failed]
+
+
 def run_many(
     jobs: Sequence[Job],
     workers: int | None = None,
@@ -439,7 +446,9 @@ def run_many(
 
     try:
         futures = {pool.submit(guarded, job): i for i, job in enumerate(jobs)}
-        for future in as_completed(futures):
+        # Without a bar this thread sleeps until every job is done or one raised (one wake-up,
+        # not one per job: each would take the GIL from the threads doing the runs).
+        for future in as_completed(futures) if bar is not None else _all_or_first_failure(futures):
             results[futures[future]] = future.result()
             if bar is not None:
                 bar.update(1)

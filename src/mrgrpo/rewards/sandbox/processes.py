@@ -13,7 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import random
-import selectors
+import select
 import signal
 import socket
 import subprocess
@@ -428,73 +428,70 @@ def _collect(pids, fds, owned, stdins, limits, started):
     judge_pid, candidate_pid = pids
     j_in, report_fd, c_in, out_fd, err_fd = fds
     deadline = started + limits.wall_s
-    selector = selectors.DefaultSelector()
+    # poll, not epoll: nothing to create, register or close in the kernel for each run
+    poller = select.poll()
     buffers = {out_fd: bytearray(), err_fd: bytearray(), report_fd: bytearray()}
     for fd in buffers:
         os.set_blocking(fd, False)
-        selector.register(fd, selectors.EVENT_READ)
+        poller.register(fd, select.POLLIN)
     pending = {}
     for fd, data in ((j_in, stdins[0]), (c_in, stdins[1])):
         if data:
             pending[fd] = memoryview(data)
-            selector.register(fd, selectors.EVENT_WRITE)
+            poller.register(fd, select.POLLOUT)
         else:
             owned.discard(fd)
             os.close(fd)
     open_reads = set(buffers)
     total = 0
     killed_for = None
-    try:
-        while open_reads:
-            now = time.monotonic()
-            if now >= deadline:
-                killed_for = "timeout"
-                break
-            for key, _ in selector.select(deadline - now):
-                fd = key.fd
-                if fd in pending:
-                    try:
-                        pending[fd] = pending[fd][os.write(fd, pending[fd][: 1 << 16]) :]
-                    except BlockingIOError:
-                        continue
-                    except BrokenPipeError:
-                        pending[fd] = pending[fd][:0]
-                    if not pending[fd]:
-                        del pending[fd]
-                        selector.unregister(fd)
-                        owned.discard(fd)
-                        os.close(fd)
-                    continue
+    while open_reads:
+        now = time.monotonic()
+        if now >= deadline:
+            killed_for = "timeout"
+            break
+        for fd, _ in poller.poll((deadline - now) * 1000):
+            if fd in pending:
                 try:
-                    chunk = os.read(fd, 1 << 16)
+                    pending[fd] = pending[fd][os.write(fd, pending[fd][: 1 << 16]) :]
                 except BlockingIOError:
                     continue
-                if not chunk:
-                    selector.unregister(fd)
-                    open_reads.discard(fd)
-                    if fd == report_fd:
-                        # The judge is done. The candidate wrote its output before each reply
-                        # (it flushes first), so what it printed is in its pipes now: take that
-                        # and stop, without waiting for the candidate to exit.
-                        total, killed_for = _drain(open_reads - {report_fd}, buffers, total, limits)
-                        open_reads.clear()
-                        break
-                    continue
-                keep = buffers[fd]
+                except BrokenPipeError:
+                    pending[fd] = pending[fd][:0]
+                if not pending[fd]:
+                    del pending[fd]
+                    poller.unregister(fd)
+                    owned.discard(fd)
+                    os.close(fd)
+                continue
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                poller.unregister(fd)
+                open_reads.discard(fd)
                 if fd == report_fd:
-                    if len(keep) < (1 << 20):
-                        keep += chunk
-                    continue
-                total += len(chunk)
-                if len(keep) < limits.output_bytes:
-                    keep += chunk[: limits.output_bytes - len(keep)]
-                if total > limits.kill_output_bytes:
-                    killed_for = "output"
+                    # The judge is done. The candidate wrote its output before each reply
+                    # (it flushes first), so what it printed is in its pipes now: take that
+                    # and stop, without waiting for the candidate to exit.
+                    total, killed_for = _drain(open_reads - {report_fd}, buffers, total, limits)
+                    open_reads.clear()
                     break
-            if killed_for:
+                continue
+            keep = buffers[fd]
+            if fd == report_fd:
+                if len(keep) < (1 << 20):
+                    keep += chunk
+                continue
+            total += len(chunk)
+            if len(keep) < limits.output_bytes:
+                keep += chunk[: limits.output_bytes - len(keep)]
+            if total > limits.kill_output_bytes:
+                killed_for = "output"
                 break
-    finally:
-        selector.close()
+        if killed_for:
+            break
     if killed_for:
         _kill(judge_pid)
     reports = bytes(buffers[report_fd]).decode("ascii", "replace").splitlines()
