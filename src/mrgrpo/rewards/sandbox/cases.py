@@ -39,26 +39,54 @@ CASES_FUNCTION = "__mrgrpo_cases__"
 _ERROR_NAME = "__mrgrpo_error__"
 
 
+def _children(node: ast.AST) -> list[ast.AST]:
+    """:func:`ast.iter_child_nodes` as a list, without its generators (the caller parses every new
+    test suite, and walking the trees was most of it)."""
+    node_type = ast.AST
+    children = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, node_type):
+            children.append(value)
+        elif type(value) is list:
+            children.extend([item for item in value if isinstance(item, node_type)])
+    return children
+
+
+def _nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` in :func:`ast.walk`'s order (breadth first), as a list."""
+    nodes = [tree]
+    i = 0
+    while i < len(nodes):
+        nodes.extend(_children(nodes[i]))
+        i += 1
+    return nodes
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
 def _is_case(statement: ast.stmt) -> bool:
-    return any(isinstance(node, ast.Assert) for node in ast.walk(statement))
+    return any(isinstance(node, ast.Assert) for node in ast.walk(statement))  # stops at the first
 
 
 def _has_own_yield(statement: ast.stmt) -> bool:
+    """A ``yield`` of the test body itself (one inside a function, lambda or class the body
+    defines, the statement itself included, is that scope's own)."""
     stack: list[ast.AST] = [statement]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
             return True
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and node is not statement:
+        if isinstance(node, _SCOPES):
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(_children(node))
     return False
 
 
 def _at(node: ast.AST, where: dict) -> ast.AST:
     """``node`` (new, not parsed) given the location ``where``; returned."""
-    for name, value in where.items():
-        setattr(node, name, value)
+    node.__dict__.update(where)
     return node
 
 
@@ -79,16 +107,18 @@ def _wrap(statement: ast.stmt) -> ast.stmt:
     ), w)
 
 
-def _cases_function(body: list[ast.stmt], parameter: str) -> tuple[ast.FunctionDef, int]:
-    if any(_has_own_yield(s) for s in body):
+def _cases_function(body: list[ast.stmt], parameter: str, may_yield: bool = True) -> tuple[ast.FunctionDef, int]:
+    """``may_yield`` False: the source has no ``yield`` keyword (no walk looks for one)."""
+    if may_yield and any(_has_own_yield(s) for s in body):
         raise InputError("test bodies that yield cannot be split into cases")
-    n_cases = sum(_is_case(s) for s in body)
+    cases = [_is_case(s) for s in body]
+    n_cases = sum(cases)
     first = body[0] if body else None
     w = {k: getattr(first, k, default) for k, default in (("lineno", 1), ("col_offset", 0), ("end_lineno", 1), ("end_col_offset", 0))}
     if n_cases == 0:  # no assert at the top: the whole body is one case
-        body = [_at(ast.If(_at(ast.Constant(True), w), body, []), w)]
+        body, cases = [_at(ast.If(_at(ast.Constant(True), w), body, []), w)], [False]  # (it holds no assert)
         n_cases = 1
-    new_body = [_wrap(s) if _is_case(s) else s for s in body]
+    new_body = [_wrap(s) if case else s for s, case in zip(body, cases)]
     arguments = ast.arguments(
         posonlyargs=[], args=[_at(ast.arg(parameter), w)], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
     )
@@ -125,10 +155,10 @@ def build_tree(tests: str, test_format: str) -> tuple[ast.Module, int]:
         if len(check.args.args) != 1:
             raise InputError("check() must take exactly one argument (the candidate)")
         prelude = [s for s in module.body if s is not check]
-        function, n_cases = _cases_function(list(check.body), check.args.args[0].arg)
+        function, n_cases = _cases_function(list(check.body), check.args.args[0].arg, "yield" in tests)
     elif test_format == "assert":
         prelude = []
-        function, n_cases = _cases_function(list(module.body), "candidate")
+        function, n_cases = _cases_function(list(module.body), "candidate", "yield" in tests)
     else:
         raise ConfigError(f"unknown test format {test_format!r}; expected 'humaneval' or 'assert'")
     return ast.Module(prelude + [function], type_ignores=[]), n_cases  # every new node located
@@ -144,22 +174,28 @@ def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]
     return _build(tests, test_format)
 
 
+_DEFINITIONS = frozenset((ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+_IMPORTS = frozenset((ast.Import, ast.ImportFrom))
+
+
 def free_names(source: str | ast.AST) -> tuple[str, ...]:
     """Names the code (source, or its AST) reads but never binds itself (candidates for the
     program's definitions)."""
     tree = ast.parse(source) if isinstance(source, str) else source
     loads: list[str] = []
     bound: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (loads.append(node.id) if isinstance(node.ctx, ast.Load) else bound.add(node.id))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    name, load, arg, handler = ast.Name, ast.Load, ast.arg, ast.ExceptHandler
+    for node in _nodes(tree):
+        kind = type(node)  # the parser's own classes: one identity test each, not an isinstance chain
+        if kind is name:
+            (loads.append(node.id) if type(node.ctx) is load else bound.add(node.id))
+        elif kind in _DEFINITIONS:
             bound.add(node.name)
-        elif isinstance(node, ast.arg):
+        elif kind is arg:
             bound.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        elif kind in _IMPORTS:
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
+        elif kind is handler and node.name:
             bound.add(node.name)
     return tuple(n for n in dict.fromkeys(loads) if n not in bound)
 
