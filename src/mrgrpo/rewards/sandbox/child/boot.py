@@ -257,6 +257,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
     """
     import posix
     import socket
+    import sys
 
     code = 70
     try:
@@ -298,7 +299,8 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
         if not _candidate_works():
             posix._exit(0)  # before R: the caller sends its candidates to the launcher itself
         posix.write(control_fd, b"R %d\n" % me)
-        live, spares, state = set(), set(), {}
+        live, spares, state, jobs = set(), set(), {}, {}
+        pair, unix_stream = sys.modules["_socket"].socketpair, (int(socket.AF_UNIX), int(socket.SOCK_STREAM))
         made = [0]  # spares made: as root each gets the next uid of their range (round it goes)
 
         def start(fds, control, wake_r, wake_w, spare=None):
@@ -361,11 +363,17 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
             # whole confinement are done while the current run goes on, not on the next one's way.
             if "spare" in state or "key" not in state:
                 return
-            made[0] += 1
-            prepared = _spare_job(state["key"], stdlib, _SPARE_UIDS + made[0] % (1 << 24) if real_root else None)
-            if prepared is None:
+            # Every page this loop writes after a fork is copied (the spare still shares it), so the
+            # loop keeps to little: the job of a key parsed once, C-level sockets.
+            key = state["key"]
+            if key not in jobs:
+                jobs.clear()  # one key at a time in practice: never a growing cache
+                jobs[key] = _spare_job(key, stdlib, None)
+            if jobs[key] is None:
                 return
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            made[0] += 1
+            prepared = dict(jobs[key], uid=_SPARE_UIDS + made[0] % (1 << 24) if real_root else None)
+            ours, theirs = pair(*unix_stream)
             try:
                 started = start(None, control, wake_r, wake_w, (theirs.fileno(), prepared))
             finally:
