@@ -5,6 +5,7 @@ a run whose limits are the ones it was confined for; a run's judge and candidate
 from __future__ import annotations
 
 import os
+import random
 import time
 
 import pytest
@@ -166,3 +167,17 @@ def test_a_job_that_raises_ends_the_batch_with_its_error_and_nothing_left_runnin
         run_many([good] * 5 + [bad] + [good] * 5, workers=2)
     assert not sandbox.processes._live
     assert [r.passed for r in run_many([good] * 3, workers=2)] == [True] * 3  # the sandbox still serves
+
+
+def test_timing_runs_draw_the_same_inputs_and_no_later_run_inherits_their_seed():
+    from mrgrpo.rewards.sandbox import run_alone
+
+    drawn = Job("def f(x):\n    print(repr(x))\n    return True\n",
+                "import random\ndef check(candidate):\n    assert candidate(random.random())\n", "humaneval", "f",
+                Limits(wall_s=10, cpu_s=3))
+    timed = [r.stdout for r in run_alone([drawn], repeats=2)[0]]
+    seeded = random.Random(sandbox.TIMING_SEED)
+    continued = {repr(seeded.random()) + "\n" for _ in range(20)}  # what a judge left seeded would draw
+    assert timed[0] == timed[1] == repr(random.Random(sandbox.TIMING_SEED).random()) + "\n"
+    ordinary = [run(drawn).stdout for _ in range(3)]
+    assert not continued & set(ordinary) and len(set(ordinary)) == 3

@@ -231,8 +231,9 @@ class _CpuClock:
         # closed by the judge server after the run (_OPEN)
         self.stat = self.schedstat = None
         try:
-            self.stat = posix.open("/proc/%d/stat" % target, posix.O_RDONLY | posix.O_CLOEXEC)
-            _OPEN.append(self.stat)
+            if settle:  # its state is read only to settle
+                self.stat = posix.open("/proc/%d/stat" % target, posix.O_RDONLY | posix.O_CLOEXEC)
+                _OPEN.append(self.stat)
             self.schedstat = posix.open("/proc/%d/schedstat" % target, posix.O_RDONLY | posix.O_CLOEXEC)
             _OPEN.append(self.schedstat)
         except OSError:
@@ -512,12 +513,16 @@ def _report_record(report, link):
         report(b"record " + data.hex().encode("ascii"))
 
 
+_SEEDED = [False]  # this run seeded random (a timing run): the next one starts from a fresh seed
+
+
 def _seed(seed):
     """Seed the judge's ``random`` for a timing run (the same inputs in every timed run of a
     problem: the reference's, its null program's, the candidate's); ``None``: a fresh seed."""
     import random
 
     random.seed(seed)
+    _SEEDED[0] = seed is not None
 
 
 def _judge_server(control_fd, read):
@@ -556,7 +561,7 @@ def _judge_server(control_fd, read):
             except BaseException:
                 pass
             _close_clock()
-            if "random" in sys.modules:  # a timing run's seed does not carry over to the next run
+            if _SEEDED[0] and "random" in sys.modules:  # a timing run's seed does not carry over to the next run
                 _seed(None)
             for target in (0, 3, 4, 5):  # the run is over for the caller and the candidate now
                 posix.dup2(null, target)
