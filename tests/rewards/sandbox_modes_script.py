@@ -4,6 +4,7 @@ Started by ``test_sandbox_modes.py`` as its own process (so that it can be a dif
 or sit in a user namespace or under a seccomp filter, without touching the test process):
 
     python sandbox_modes_script.py MODE JOBS.json SRC_DIR
+    python sandbox_modes_script.py MODE --lifecycle=PATH SRC_DIR
 
 MODE: ``as-is`` (the caller's own privileges), ``userns-root`` (first unshare a user namespace
 mapping this user to uid 0, as ``unshare -U -r`` and rootless containers do),
@@ -117,36 +118,59 @@ def refuse_namespaces() -> None:
         raise OSError(ctypes.get_errno(), "seccomp")
 
 
-def lifecycle(sandbox, Job, Limits, run_many) -> None:
-    """``--lifecycle`` instead of a jobs file: two runs of a sleeping program in flight (after one
-    that ran, so that the candidate launcher has a spare waiting), then one line
-    ``{"pids": [every process under the launcher, and the launcher]}``, then nothing until the
-    test kills this process."""
+#: How ``--lifecycle PATH`` ends the caller (test_sandbox_modes): killed with SIGKILL by the test,
+#: a normal end, an exception in the middle of ``run_many`` (caught; the script then ends
+#: normally), SIGINT, SIGTERM with its default action (the process dies at once), SIGTERM turned
+#: into ``SystemExit`` by a handler (as training scripts do).
+EXIT_PATHS = ("kill", "normal", "exception", "SIGINT", "SIGTERM", "SIGTERM-handler")
+
+
+def lifecycle(sandbox, Job, Limits, run_many, path: str) -> None:
+    """``--lifecycle PATH`` instead of a jobs file: two runs in flight (after one that ran, so that
+    the candidate launcher has a spare waiting), then one line ``{"pids": [every process under
+    the launcher, and the launcher], "live": [...]}``; then the caller ends by ``path``
+    (:data:`EXIT_PATHS`: ``exception`` waits for a line on stdin first)."""
     import threading
     import time
 
-    sleeping = Job("import time\ntime.sleep(60)\ndef f():\n    return 1\n", "def check(c):\n    assert c() == 1\n",
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, (lambda *_: sys.exit(3)) if path == "SIGTERM-handler" else signal.SIG_DFL)
+    sleep = 2 if path == "normal" else 60
+    sleeping = Job("import time\ntime.sleep(%d)\ndef f():\n    return 1\n" % sleep, "def check(c):\n    assert c() == 1\n",
                    "humaneval", "f", Limits(wall_s=120, cpu_s=60))
     quick = Job("def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "humaneval", "f",
                 Limits(wall_s=120, cpu_s=60))
     assert run_many([quick], workers=1)[0].passed
-    threading.Thread(target=run_many, args=([sleeping] * 2,), kwargs={"workers": 2}, daemon=True).start()
-    while len(sandbox.processes._live) < 4:  # two runs (judge + candidate each) in flight
-        time.sleep(0.01)
-    time.sleep(0.5)  # the spare forked after the second run's reply
-    zygote = sandbox.processes._zygote_instance
-    pids, todo = [zygote.pid], [zygote.pid]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as handle:
-                children = [int(c) for c in handle.read().split()]
-        except OSError:
-            continue
-        pids += children
-        todo += children
-    print(json.dumps({"pids": sorted(pids), "live": sorted(sandbox.processes._live_pids())}), flush=True)
-    time.sleep(600)
+
+    def announce():
+        while len(sandbox.processes._live) < 4:  # two runs (judge + candidate each) in flight
+            time.sleep(0.01)
+        time.sleep(0.5)  # the spare forked after the second run's reply
+        zygote = sandbox.processes._zygote_instance
+        pids, todo = [zygote.pid], [zygote.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except OSError:
+                continue
+            pids += children
+            todo += children
+        print(json.dumps({"pids": sorted(pids), "live": sorted(sandbox.processes._live_pids())}), flush=True)
+        if path == "exception":
+            sys.stdin.readline()  # the test has seen every process alive
+            os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt in run_many, caught below
+
+    threading.Thread(target=announce, daemon=True).start()
+    try:
+        results = run_many([sleeping] * 2, workers=2)
+    except KeyboardInterrupt:
+        print(json.dumps({"interrupted": sorted(sandbox.processes._live)}), flush=True)
+        if path == "exception":
+            return
+        raise
+    print(json.dumps({"results": [r.verdict.value for r in results]}), flush=True)
 
 
 def main() -> None:
@@ -170,8 +194,8 @@ def main() -> None:
 
     if mode == "no-namespaces-no-landlock":
         sandbox._refused_layers = frozenset({"landlock"})
-    if jobs_path == "--lifecycle":
-        lifecycle(sandbox, Job, Limits, run_many)
+    if jobs_path.startswith("--lifecycle"):
+        lifecycle(sandbox, Job, Limits, run_many, jobs_path.partition("=")[2] or "kill")
         return
     with open(jobs_path) as handle:
         specs = json.load(handle)

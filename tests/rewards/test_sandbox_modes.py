@@ -17,6 +17,7 @@ import ast
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -509,15 +510,21 @@ def alive(pid: int) -> bool:
         return False
 
 
+EXIT_PATHS = ("kill", "normal", "exception", "SIGINT", "SIGTERM", "SIGTERM-handler")  # the script's
+
+
+@pytest.mark.parametrize("path", EXIT_PATHS)
 @pytest.mark.parametrize("mode", MODES)
-def test_every_sandbox_process_ends_when_the_caller_is_killed(mode):
-    """SIGKILL of the caller (no cleanup of its own runs): the launcher, its judges, candidates,
-    candidate launcher (and relay) and the spare candidates all end, in every mode."""
+def test_every_sandbox_process_ends_with_the_caller(mode, path):
+    """However the caller ends (SIGKILL, so no cleanup of its own runs; a normal end; an exception
+    in the middle of ``run_many``; SIGINT; SIGTERM with its default action or turned into
+    ``SystemExit``): the launcher, its judges, candidates, candidate launcher (and relay) and the
+    spare candidates all end, in every mode."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     exe, kwargs = mode_interpreter(mode)
     proc = subprocess.Popen([exe, str(HERE / "sandbox_modes_script.py"), mode if mode != "nobody" else "as-is",
-                             "--lifecycle", str(SRC)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd="/", **kwargs)
+                             f"--lifecycle={path}", str(SRC)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd="/", **kwargs)
     try:
         line = proc.stdout.readline()
         if not line:
@@ -530,17 +537,33 @@ def test_every_sandbox_process_ends_when_the_caller_is_killed(mode):
             pytest.fail("the script printed nothing: " + err[-3000:])
         got = json.loads(line)
         pids = got["pids"]
-        print(mode, "processes under the launcher:", len(pids), "known to the caller:", len(got["live"]))
+        print(mode, path, "processes under the launcher:", len(pids), "known to the caller:", len(got["live"]))
         # the launcher, two judges, two candidates (and the candidate launcher, its spare, its
         # relay, where the mode has them), all alive
         assert set(got["live"]) <= set(pids) and len(got["live"]) >= 5 and all(alive(p) for p in pids), got
+        if path == "kill":
+            proc.kill()
+        elif path == "exception":
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        elif path != "normal":
+            proc.send_signal(signal.SIGINT if path == "SIGINT" else signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        if path == "normal":
+            assert proc.returncode == 0 and json.loads(out.splitlines()[-1]) == {"results": ["passed"] * 2}, err[-3000:]
+        elif path == "exception":
+            # when the exception reached the caller, every run's processes had been killed and reaped
+            assert proc.returncode == 0 and json.loads(out.splitlines()[-1]) == {"interrupted": []}, err[-3000:]
+        else:
+            assert proc.returncode != 0
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait(timeout=30)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
-    assert not [p for p in pids if alive(p)], (mode, pids)
+    assert not [p for p in pids if alive(p)], (mode, path, pids)
 
 
 EXPECTED_LAYERS = {
