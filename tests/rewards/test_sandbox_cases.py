@@ -9,7 +9,7 @@ import ast
 import pytest
 
 from mrgrpo.errors import InputError
-from mrgrpo.rewards.sandbox.cases import CASES_FUNCTION, build_cases, build_tree, free_names
+from mrgrpo.rewards.sandbox.cases import CASES_FUNCTION, build_cases, build_tree, global_names
 
 
 def outcomes(tests: str, candidate, test_format: str = "humaneval") -> list[str | None]:
@@ -31,7 +31,7 @@ def test_assert_lists_are_cases_too():
     tests = "import math\nassert f(1) == 2\nassert math.pi > 3\n"
     tree, n_cases = build_tree(tests, "assert")
     assert n_cases == 2
-    assert "f" in free_names(tree) and "math" not in free_names(tree)
+    assert "f" in global_names(compile(tree, "<tests>", "exec"))
 
 
 def test_a_suite_without_an_assert_is_one_case():
@@ -50,15 +50,20 @@ def test_a_yield_inside_a_helper_is_the_helpers_own():
     assert outcomes(tests, len) == [None]
 
 
-def test_free_names_are_read_and_never_bound():
+def test_the_names_asked_of_the_program_include_every_name_the_tests_read_and_never_bind():
     tests = ("import math\nfrom os import path as p\nLIMIT = 3\n"
-             "def check(candidate):\n    def helper(a, *rest, key=None):\n        return a\n"
+             "def check(candidate):\n    def helper(a, *rest, key=None):\n        return a + helper_of_program(a)\n"
+             "    class Box:\n        size = SIZE\n"
              "    try:\n        pass\n    except ValueError as err:\n        print(err)\n"
-             "    assert candidate(helper(LIMIT)) == is_prime(math.floor(p.sep == '/'))\n")
-    names = free_names(tests)
-    assert len(names) == len(set(names)) and set(names) == {"print", "ValueError", "is_prime"}
+             "    assert [is_prime(i) for i in range(LIMIT)] == (lambda q: flag(q))(candidate(helper(LIMIT)))\n"
+             "    assert math.floor(p.sep == '/') == 0\n")
     tree, _ = build_tree(tests, "humaneval")
-    assert set(free_names(tree)) == {"print", "ValueError", "BaseException", "is_prime"}  # the wrapper's too
+    names = global_names(compile(tree, "<tests>", "exec"))
+    assert len(names) == len(set(names))
+    # read and never bound, in a nested function, a class body, a comprehension, a lambda
+    assert {"helper_of_program", "SIZE", "is_prime", "flag", "print", "ValueError"} <= set(names)
+    # locals and parameters are never looked up by name
+    assert not {"a", "rest", "key", "q", "i", "err", "candidate"} & set(names)
 
 
 def test_the_tree_and_the_source_forms_agree():

