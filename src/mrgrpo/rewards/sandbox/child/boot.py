@@ -368,7 +368,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
             key = state["key"]
             if key not in jobs:
                 jobs.clear()  # one key at a time in practice: never a growing cache
-                jobs[key] = _spare_job(key, stdlib, None)
+                jobs[key] = _spare_job(key, stdlib)
             if jobs[key] is None:
                 return
             made[0] += 1
@@ -383,7 +383,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
                 return
             live.add(started[0])
             spares.add(started[0])
-            state["spare"] = (started[0], started[1], ours, state["key"])
+            state["spare"] = (started[0], started[1], ours, key)
 
         _serve(control_fd, live, fork, refill, spares)
     except BaseException:
@@ -447,10 +447,10 @@ def _caller_pid(pid, proc):
 _SPARE_UIDS = 3_000_000_000
 
 
-def _spare_job(key, stdlib, uid):
+def _spare_job(key, stdlib):
     """The job a spare candidate is confined for, from the caller's key
     ``tmpfs_kb,tmpfs_inodes,cpu_s,fsize,nofile,address_space;refused layers`` (None if it is
-    not one)."""
+    not one), but its uid (each spare's own: the caller of this sets it)."""
     try:
         numbers, refuse = key.decode("ascii").split(";")
         values = [int(v) for v in numbers.split(",")]
@@ -459,7 +459,7 @@ def _spare_job(key, stdlib, uid):
     if len(values) != 6 or min(values) < 0:
         return None
     job = dict(zip(confine.PREPARED[2:], values))
-    job.update(refuse=tuple(r for r in refuse.split(",") if r), stdlib=stdlib, workdir="", uid=uid)
+    job.update(refuse=tuple(r for r in refuse.split(",") if r), stdlib=stdlib, workdir="")
     return job
 
 

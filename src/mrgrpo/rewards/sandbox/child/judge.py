@@ -537,7 +537,6 @@ def _judge_server(control_fd, read):
     import gc
     import posix
     import socket
-    import sys
 
     control = socket.socket(fileno=control_fd)
     null = posix.open("/dev/null", posix.O_RDWR)
@@ -561,7 +560,7 @@ def _judge_server(control_fd, read):
             except BaseException:
                 pass
             _close_clock()
-            if _SEEDED[0] and "random" in sys.modules:  # a timing run's seed does not carry over to the next run
+            if _SEEDED[0]:  # a timing run's seed does not carry over to the next run
                 _seed(None)
             for target in (0, 3, 4, 5):  # the run is over for the caller and the candidate now
                 posix.dup2(null, target)
