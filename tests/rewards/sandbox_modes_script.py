@@ -14,7 +14,8 @@ same in a user namespace mapping 0 to this user and 1-65536 to others, as rootle
 needs root), ``no-namespaces``
 (first install a seccomp filter refusing namespaces, as Docker's default profile does),
 ``no-namespaces-no-landlock`` (the same, and Landlock not tried). The uid drop of the
-``nobody`` mode is done by the test when it starts this script.
+``nobody`` mode is done by the test when it starts this script. ``MRGRPO_TEST_REFUSE`` names
+more layers not to try, comma-separated.
 
 It imports the sandbox package without the rest of ``mrgrpo`` (whose dependencies another
 user's interpreter may lack), counts every catchable signal it receives, and prints one JSON
@@ -194,6 +195,10 @@ def main() -> None:
 
     if mode == "no-namespaces-no-landlock":
         sandbox._refused_layers = frozenset({"landlock"})
+    # more layers not to try, comma-separated (seccomp: each candidate makes its namespaces and
+    # its root itself, as where the candidate launcher cannot serve)
+    refused = {name for name in os.environ.get("MRGRPO_TEST_REFUSE", "").split(",") if name}
+    sandbox._refused_layers = sandbox._refused_layers | refused
     if jobs_path.startswith("--lifecycle"):
         lifecycle(sandbox, Job, Limits, run_many, jobs_path.partition("=")[2] or "kill")
         return

@@ -703,7 +703,8 @@ def test_require_isolation_raises_instead_of_running_with_guards_only(monkeypatc
 
 def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
     """As root in a system that refuses the mounts (here: a standard library path that cannot be
-    bind-mounted), the run falls back to the guards, and ``require_isolation`` raises."""
+    bind-mounted, in a new interpreter: a candidate of the launcher copies its image instead),
+    the run falls back to the guards, and ``require_isolation`` raises."""
     import mrgrpo.rewards.sandbox as sandbox
     from mrgrpo.errors import IsolationError
 
@@ -714,11 +715,13 @@ def test_root_where_the_namespaces_or_mounts_fail(monkeypatch):
     monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"landlock", "seccomp"}))
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     before = leftovers()
-    result = run(job(GOOD))
+    result = run(job(GOOD), launcher=False)
     assert result.isolation == "netns,mountns,ipcns,pidns,uid,guards" and result.passed, result  # root's uid dropped all the same
     with pytest.raises(IsolationError):
-        run(job(GOOD), require_isolation=True)
+        run(job(GOOD), launcher=False, require_isolation=True)
     assert leftovers() <= before
+    # forked by the launcher, the same candidate makes its root with the image in it
+    assert "chroot" in run(job(GOOD)).isolation
 
 
 def test_the_docs_page_names_what_the_code_does():

@@ -484,12 +484,15 @@ def mode_interpreter(mode: str) -> tuple[str, dict]:
     return sys.executable, {}
 
 
-def run_mode(mode: str, jobs: str, tmpdir: str | None = None) -> dict:
+def run_mode(mode: str, jobs: str, tmpdir: str | None = None, refuse: tuple[str, ...] = ()) -> dict:
     """``sandbox_modes_script.py`` on ``jobs`` in ``mode`` (as its user), its last JSON line;
-    skips where the system cannot make the mode. ``tmpdir``: the script's ``TMPDIR``."""
+    skips where the system cannot make the mode. ``tmpdir``: the script's ``TMPDIR``;
+    ``refuse``: more layers the sandbox does not try."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     if tmpdir is not None:
         env["TMPDIR"] = tmpdir
+    if refuse:
+        env["MRGRPO_TEST_REFUSE"] = ",".join(refuse)
     script = str(HERE / "sandbox_modes_script.py")
     exe, kwargs = mode_interpreter(mode)
     proc = subprocess.run([exe, script, mode if mode != "nobody" else "as-is", jobs, str(SRC)], capture_output=True,

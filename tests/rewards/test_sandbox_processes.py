@@ -51,6 +51,14 @@ def test_every_run_is_under_its_own_limits_whatever_ran_before():
     assert all(r.passed for r in results), [r for r in results if not r.passed][:2]
 
 
+def _name_and_state(pid: str) -> str:
+    try:
+        status = open(f"/proc/{pid}/status").read().splitlines()
+    except OSError:
+        return "gone"
+    return " ".join(line for line in status if line.startswith(("State:", "Seccomp:", "NSpid:")))
+
+
 def test_a_spare_candidate_waits_confined_for_the_next_run():
     result = run(limits_job(A))
     assert result.passed, result
@@ -72,7 +80,7 @@ def test_a_spare_candidate_waits_confined_for_the_next_run():
         if (len(children) == 1 and "Seccomp:\t2" in status) or time.monotonic() > deadline:
             break
         time.sleep(0.01)
-    assert len(children) == 1  # the spare
+    assert len(children) == 1, [(pid, _name_and_state(pid)) for pid in children]  # the spare
     uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
     caps = [line.split()[1] for line in status.splitlines() if line.startswith(("CapEff:", "CapPrm:", "CapBnd:"))]
     # confined before any run reaches it: no capability (as root: a uid of its own, and the

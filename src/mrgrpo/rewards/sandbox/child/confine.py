@@ -23,7 +23,9 @@ layers this system allows and returns their names (``Result.isolation``):
   tmpfs of the run's own on ``/tmp`` holding the working directory ``/tmp/work``; or, for a
   candidate making its own namespaces, a fresh root with the same content on a size-capped
   tmpfs mounted over the (private view of the) working directory, the standard library there a
-  read-only bind of the host's (``site-packages`` hidden).
+  copy of the launcher's image on a read-only tmpfs of its own (:func:`_image_into`); only a
+  candidate started without the launcher (a new interpreter) gets a read-only bind of the
+  host's (``site-packages`` hidden).
 * ``uid`` (real root, with or without the namespaces; uid 0 of a user namespace that may make
   none, where another uid is mapped in it): a drop to a fresh per-run uid and gid (or a mapped
   one), no groups, no capability in any set (:func:`_drop_root`).
@@ -324,12 +326,20 @@ def _populate(job, libc, root, real_root, launcher=False):
             if libc.mount(None, target.encode(), None, flags, None) != 0:
                 raise OSError("read-only remount of %s failed" % source)
 
+    global _ROOT_IMAGE_IN
     stdlib = job["stdlib"]
-    makedirs(root + stdlib)
+    hidden = None
     if launcher:  # a copy in memory: no page of it is the host's page cache (copy_stdlib)
+        makedirs(root + stdlib)
         copy_stdlib(stdlib, root + stdlib, libc)
-        hidden = None
+    elif IMAGE_PATH is not None and _image_open():
+        # forked by the launcher, which holds the image: a copy of it in memory, not the host's
+        # files (whose page-cache state one run could set and a later one read)
+        makedirs(root + ROOT_IMAGE_DIR)
+        _image_into(root + ROOT_IMAGE_DIR, libc)
+        _ROOT_IMAGE_IN = True
     else:
+        makedirs(root + stdlib)
         bind(stdlib, root + stdlib, readonly=True)
         hidden = root + stdlib + "/site-packages"
     try:
@@ -372,6 +382,12 @@ IMAGE_FD = 1000
 IMAGE_PATH = None
 #: The standard library's path as the launcher's modules name it (the image was made from it).
 _IMAGE_SOURCE = None
+#: A candidate making a root of its own, forked by a launcher holding the image, gets a copy of
+#: the image in that root, on a read-only tmpfs of its own here (:func:`_image_into`).
+ROOT_IMAGE_DIR = "/.stdlib"
+ROOT_IMAGE = ROOT_IMAGE_DIR + "/stdlib.zip"
+#: True in a candidate whose private root holds that copy.
+_ROOT_IMAGE_IN = False
 #: Extension modules the launcher does not load for such candidates: the guards refuse importing
 #: them (a module already loaded raises no import event), or they exist only to test CPython.
 _NOT_PRELOADED = frozenset({"readline", "_sqlite3", "_dbm", "_gdbm", "_posixshmem", "_tkinter", "_ctypes_test",
@@ -477,20 +493,59 @@ def _image_entry(stdlib, name, info, tag):
     return name[1:], source
 
 
-def _import_from_image(stdlib):
-    """This candidate imports only from the launcher's image (:func:`stdlib_image`): the import
-    path is the image alone and every loaded package's search path moves into it (its extension
-    modules are already loaded), so nothing of the host's library needs reading."""
+def _image_into(directory, libc):
+    """A copy of the launcher's image (:data:`IMAGE_FD`) as :data:`ROOT_IMAGE`'s file under
+    ``directory`` of a private root being built: a tmpfs of its own, just large enough (not the
+    run's), read-only once written. tmpfs pages are memory: reading them neither changes nor
+    reveals any page-cache state. Raises OSError (the root is then not made)."""
+    import posix
+
+    size = posix.fstat(IMAGE_FD).st_size
+    options = b"size=%dk,nr_inodes=4,mode=755" % ((size >> 10) + 64)
+    if libc.mount(b"tmpfs", directory.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+        raise OSError("tmpfs for the image failed")
+    target = directory + ROOT_IMAGE[len(ROOT_IMAGE_DIR):]
+    out = posix.open(target, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o444)
+    try:
+        done = 0
+        while done < size:
+            sent = posix.sendfile(out, IMAGE_FD, done, size - done)
+            if sent <= 0:
+                raise OSError("copying the image failed")
+            done += sent
+    finally:
+        posix.close(out)
+    flags = _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+    if libc.mount(None, directory.encode(), None, flags, None) != 0:
+        raise OSError("read-only remount of the image failed")
+
+
+def _import_from_image(stdlib, image=None):
+    """This candidate imports only from the launcher's image (:func:`stdlib_image`), at ``image``
+    (its own fd's path by default; in a private root, the copy there): the import path is the
+    image alone and every loaded package's search path moves into it (its extension modules are
+    already loaded), so nothing of the host's library needs reading."""
     import sys
+    import zipimport
+
+    image = image or IMAGE_PATH
+    if image != IMAGE_PATH:
+        # the same archive under another path: the table of contents the launcher read, each
+        # entry's path moved (no second read of it in each run)
+        cache = zipimport._zip_directory_cache
+        entries = cache.get(IMAGE_PATH)
+        if entries is not None:
+            cut = len(IMAGE_PATH)
+            cache[image] = {name: (image + entry[0][cut:],) + entry[1:] for name, entry in entries.items()}
 
     def moved(entry):
         for library in (stdlib, _IMAGE_SOURCE):  # the caller's real path, and the launcher's own
             if type(entry) is str and library and (entry == library or entry.startswith(library + "/")):
                 rest = entry[len(library):]
-                return None if rest == "/lib-dynload" or rest.startswith("/lib-dynload/") else IMAGE_PATH + rest
+                return None if rest == "/lib-dynload" or rest.startswith("/lib-dynload/") else image + rest
         return None  # nothing outside the library is importable without a private root
 
-    sys.path[:] = [IMAGE_PATH]
+    sys.path[:] = [image]
     for module in list(sys.modules.values()):
         # the module's own dict, not getattr: a lazy module's __getattr__ would import on lookup
         search = getattr(module, "__dict__", {}).get("__path__")
@@ -1188,8 +1243,11 @@ def confine(job):
     # Landlock then allow reading none of those.
     readable = [job["stdlib"]]
     if IMAGE_PATH is not None and _image_open():
-        if "chroot" in layers:  # a root of its own, the library bound into it: the image is not its
+        if "chroot" in layers:  # a root of its own, with a copy of the image in it (_populate)
             posix.close(IMAGE_FD)
+            if _ROOT_IMAGE_IN:
+                _import_from_image(job["stdlib"], ROOT_IMAGE)
+                job["stdlib"], readable = ROOT_IMAGE, [ROOT_IMAGE_DIR]
         else:
             _import_from_image(job["stdlib"])
             job["stdlib"], readable = IMAGE_PATH, []
