@@ -88,6 +88,18 @@ def test_assert_list_and_stdio_formats():
     assert result.error_type == "WrongAnswer" and result.loaded
 
 
+def test_a_programs_builtins_are_its_own_as_in_plain_python_and_fresh_in_each_stdio_case():
+    """A change to ``builtins`` at the program's top level holds in its calls, as in plain
+    Python (the tests run in the judge and never see it); each stdio case runs the program afresh,
+    with the builtins as they were before the first case."""
+    program = "import builtins\nbuiltins.magic = 41\ndef add(a, b):\n    return a + b + magic - 41\n"
+    assert run(job(program)).passed
+    counter = ("import builtins\nprint(getattr(builtins, 'runs', 0))\nbuiltins.runs = getattr(builtins, 'runs', 0) + 1\n"
+               "builtins.print = None\n")
+    result = run(Job(counter, [("", "0"), ("", "0"), ("", "0")], "stdio", limits=FAST))
+    assert (result.verdict, result.cases_passed) == (Verdict.PASSED, 3), result
+
+
 def test_output_is_captured_and_capped():
     small = Limits(wall_s=5, cpu_s=3, output_bytes=100)
     result = run(job("print('x' * 1000)\nimport sys; print('oops', file=sys.stderr)\n" + GOOD, limits=small))

@@ -163,6 +163,7 @@ def _payloads(
         raise ConfigError(f"unknown test format {fmt!r}; expected humaneval | assert | stdio | none")
     candidate = {
         "program": job.program,
+        "stdio": fmt == "stdio",  # its builtins are restored after each case (a snapshot first)
         "workdir": workdir,
         "minimum": minimum,
         "refuse": tuple(sorted(_refused_layers)),
