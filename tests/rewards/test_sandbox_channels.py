@@ -540,3 +540,100 @@ def test_no_candidate_changes_the_launchers_image(mode):
                                        {"program": LATER, "tests": TESTS1, "entry_point": "f"}])
     assert "IMAGE /proc/self/fd/" in tamper["stdout"] and "CHANGED []" in tamper["stdout"], tamper
     assert later["verdict"] == "passed", later
+
+
+def _resident_pages(path: str, offset: int, length: int) -> list[bool]:
+    """Which pages of ``path`` in ``[offset, offset + length)`` are in the page cache (mincore of
+    a fresh shared mapping, which reads nothing in)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, length, 1, 1, fd, offset)  # PROT_READ, MAP_SHARED
+        assert address not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        try:
+            pages = (length + 4095) // 4096
+            vector = ctypes.create_string_buffer(pages)
+            assert libc.mincore(address, length, vector) == 0, ctypes.get_errno()
+            return [bool(byte & 1) for byte in vector.raw[:pages]]
+        finally:
+            libc.munmap(address, length)
+    finally:
+        os.close(fd)
+
+
+def _file_ranges(pid: int) -> list[tuple[str, int, int, int]]:
+    """``(path, file offset, start address, length)`` of every readable mapping of a file by ``pid``."""
+    ranges = []
+    with open(f"/proc/{pid}/maps") as handle:
+        for line in handle:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and fields[5].strip().startswith("/") and "r" in fields[1] and os.path.isfile(fields[5].strip()):
+                start, end = (int(value, 16) for value in fields[0].split("-"))
+                ranges.append((fields[5].strip(), int(fields[2], 16), start, end - start))
+    return ranges
+
+
+def _page_kinds(pid: int, start: int, length: int) -> list[str]:
+    """Per page of ``pid``'s memory from ``start``: ``file`` (a page of the file's page cache,
+    mapped), ``copy`` (its own copy: written at relocation, or by the lock of a writable mapping;
+    a forked candidate reads that copy, never the file), ``absent`` (/proc/<pid>/pagemap)."""
+    import struct
+
+    pages = length // 4096
+    with open(f"/proc/{pid}/pagemap", "rb") as handle:
+        handle.seek(start // 4096 * 8)
+        entries = struct.unpack(f"={pages}Q", handle.read(pages * 8))
+    return ["absent" if not entry >> 63 & 1 else "file" if entry >> 61 & 1 else "copy" for entry in entries]
+
+
+def test_no_page_of_the_files_candidates_map_can_be_evicted():
+    """Every candidate is a fork of the launcher and can touch every page of the files it maps
+    (the interpreter, libpython, the C library, extension modules): as root the launcher locks
+    them all in memory (each page present in its page tables, its mappings locked), so eviction
+    (here ``fadvise(DONTNEED)`` on each file, as memory pressure or proactive reclaim would)
+    leaves every page a candidate could read from the file cached, and a touch costs the same in
+    every run. Without the lock most pages are absent from the launcher's page tables and the
+    same call evicts them. The control: a standard-library file nobody maps is evicted too."""
+    import mrgrpo.rewards.sandbox as sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("locking the files' pages needs CAP_IPC_LOCK (or an RLIMIT_MEMLOCK above their size)")
+    result = sandbox.run(sandbox.Job("def f(x):\n    return x\n", "def check(candidate):\n    assert candidate(1) == 1\n",
+                                     "humaneval", "f", sandbox.Limits(wall_s=10, cpu_s=5)))
+    assert result.passed, result
+    launcher = sandbox.processes._zygote_instance
+    ranges = _file_ranges(launcher.pid)
+    assert any("libpython" in path or "python3" in path for path, _, _, _ in ranges), ranges
+    for path in {path for path, _, _, _ in ranges}:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    evicted, absent = {}, {}
+    for path, offset, start, length in ranges:
+        kinds = _page_kinds(launcher.pid, start, length)
+        resident = _resident_pages(path, offset, length)
+        absent[path] = absent.get(path, 0) + kinds.count("absent")
+        evicted[path] = evicted.get(path, 0) + sum(1 for kind, cached in zip(kinds, resident) if kind != "copy" and not cached)
+    assert not any(absent.values()) and not any(evicted.values()), (
+        {path: n for path, n in absent.items() if n}, {path: n for path, n in evicted.items() if n})
+    # what the candidate launcher (the parent of most candidates) maps, the launcher maps too
+    if launcher.candidate_launcher_pid is not None:
+        theirs = {(p, o) for p, o, _, _ in _file_ranges(launcher.candidate_launcher_pid)}
+        assert theirs <= {(p, o) for p, o, _, _ in ranges}
+    control = os.path.join(sysconfig.get_paths()["stdlib"], "pydoc_data", "topics.py")
+    with open(control, "rb") as handle:
+        handle.read()
+    fd = os.open(control, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    assert not any(_resident_pages(control, 0, os.path.getsize(control)))

@@ -92,6 +92,7 @@ def _zygote(control_fd, userns_fd=-1, stdlib=None):
     compile("pass", "<warm>", "exec", dont_inherit=True)
     gc.collect()
     gc.freeze()  # forked children do not copy the preloaded heap's pages by collecting it
+    confine.lock_mapped_files()  # every page of the files every candidate maps: always cached
     live = set()
     if userns_fd >= 0:
         if stdlib:
@@ -121,6 +122,7 @@ def _build_image():
         confine.stdlib_image(library.rpartition("/")[0])
     gc.collect()
     gc.freeze()
+    confine.lock_mapped_files()  # the extension modules just loaded, and the libraries they need
 
 
 def _fork_role(message, fds, control, wake_r, wake_w):
