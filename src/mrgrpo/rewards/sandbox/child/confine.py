@@ -134,8 +134,8 @@ def lock_mapped_files():
     microseconds or more, a cached page one or two), and eviction (memory pressure; here also
     DAMON's proactive reclaim of cold pages) makes cold pages again. Locked, every page is resident
     for the launcher's life: a touch costs the same in every run. Needs ``CAP_IPC_LOCK`` (real
-    root) or an ``RLIMIT_MEMLOCK`` above the files' size (34 MB here; 8 MB is the usual limit for
-    other users): ranges refused stay as they were. Returns ``(bytes locked, bytes refused)``."""
+    root) or an ``RLIMIT_MEMLOCK`` above the files' mapped size (15 MB here, more once the extension
+    modules are loaded; 8 MB is the usual limit for other users): ranges refused stay as they were. Returns ``(bytes locked, bytes refused)``."""
     ctypes, libc, _ = _c()
     try:
         with open("/proc/self/maps") as handle:
