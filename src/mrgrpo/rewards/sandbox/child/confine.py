@@ -547,12 +547,8 @@ def _image_into(directory, libc):
     target = directory + ROOT_IMAGE[len(ROOT_IMAGE_DIR):]
     out = posix.open(target, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o444)
     try:
-        done = 0
-        while done < size:
-            sent = posix.sendfile(out, IMAGE_FD, done, size - done)
-            if sent <= 0:
-                raise OSError("copying the image failed")
-            done += sent
+        if _send_all(out, IMAGE_FD, size) != size:
+            raise OSError("copying the image failed")
     finally:
         posix.close(out)
     flags = _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
@@ -642,16 +638,24 @@ def _copy_file(source, target, size):
     try:
         dst = posix.open(target, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o600)
         try:
-            done = 0
-            while done < size:
-                sent = posix.sendfile(dst, src, done, size - done)
-                if sent <= 0:
-                    break
-                done += sent
+            return _send_all(dst, src, size)
         finally:
             posix.close(dst)
     finally:
         posix.close(src)
+
+
+def _send_all(dst, src, size):
+    """Copy ``size`` bytes of fd ``src`` (from its start) to fd ``dst`` in the kernel; the bytes
+    copied (fewer where ``src`` ends first)."""
+    import posix
+
+    done = 0
+    while done < size:
+        sent = posix.sendfile(dst, src, done, size - done)
+        if sent <= 0:
+            break
+        done += sent
     return done
 
 
