@@ -602,8 +602,14 @@ def test_no_page_of_the_files_candidates_map_can_be_evicted():
     same call evicts them. The control: a standard-library file nobody maps is evicted too."""
     import mrgrpo.rewards.sandbox as sandbox
 
-    if os.geteuid() != 0:
+    import resource
+
+    with open("/proc/self/status") as handle:
+        effective = int(next(line for line in handle if line.startswith("CapEff:")).split()[1], 16)
+    if not effective >> 14 & 1 and resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] != resource.RLIM_INFINITY:
         pytest.skip("locking the files' pages needs CAP_IPC_LOCK (or an RLIMIT_MEMLOCK above their size)")
+    if os.geteuid() != 0:
+        pytest.skip("reading another process's page map needs root")
     result = sandbox.run(sandbox.Job("def f(x):\n    return x\n", "def check(candidate):\n    assert candidate(1) == 1\n",
                                      "humaneval", "f", sandbox.Limits(wall_s=10, cpu_s=5)))
     assert result.passed, result
