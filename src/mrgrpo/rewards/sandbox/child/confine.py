@@ -131,8 +131,8 @@ def lock_mapped_files():
     fork of it and touches pages of those files (with a private root, ctypes can read any mapped
     page): a page that no process had read would be read from the disk when one run touched it
     and be cached for the next, which could tell by timing a touch (a major fault costs tens of
-    microseconds or more, a cached page one or two), and eviction (memory pressure; here also
-    DAMON's proactive reclaim of cold pages) makes cold pages again. Locked, every page is resident
+    microseconds or more, a cached page one or two), and eviction (memory pressure, proactive
+    reclaim such as DAMON's ``pageout``) makes cold pages again. Locked, every page is resident
     for the launcher's life: a touch costs the same in every run. Needs ``CAP_IPC_LOCK`` (real
     root) or an ``RLIMIT_MEMLOCK`` above the files' mapped size (15 MB here, more once the extension
     modules are loaded; 8 MB is the usual limit for other users): ranges refused stay as they were. Returns ``(bytes locked, bytes refused)``."""
