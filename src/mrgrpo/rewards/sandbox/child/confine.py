@@ -489,6 +489,12 @@ def stdlib_image(stdlib):
         return None
     IMAGE_PATH, _IMAGE_SOURCE = "/proc/self/fd/%d" % IMAGE_FD, stdlib
     zipimport.zipimporter(IMAGE_PATH)  # its table of contents read here, once: every candidate inherits it
+    # the same table for the copy a candidate making its own root puts at ROOT_IMAGE (_image_into),
+    # each entry's path moved there: made once here, not in each such candidate
+    cache, cut = zipimport._zip_directory_cache, len(IMAGE_PATH)
+    entries = cache.get(IMAGE_PATH)
+    if entries is not None:
+        cache[ROOT_IMAGE] = {name: (ROOT_IMAGE + entry[0][cut:],) + entry[1:] for name, entry in entries.items()}
     try:
         names = sorted(e.name.split(".")[0] for e in posix.scandir(stdlib + "/lib-dynload") if e.name.endswith(".so"))
     except OSError:
@@ -558,21 +564,13 @@ def _image_into(directory, libc):
 
 def _import_from_image(stdlib, image=None):
     """This candidate imports only from the launcher's image (:func:`stdlib_image`), at ``image``
-    (its own fd's path by default; in a private root, the copy there): the import path is the
-    image alone and every loaded package's search path moves into it (its extension modules are
-    already loaded), so nothing of the host's library needs reading."""
+    (its own fd's path by default; in a private root, the copy there, whose table of contents the
+    launcher made too): the import path is the image alone and every loaded package's search
+    path moves into it (its extension modules are already loaded), so nothing of the host's
+    library needs reading."""
     import sys
-    import zipimport
 
     image = image or IMAGE_PATH
-    if image != IMAGE_PATH:
-        # the same archive under another path: the table of contents the launcher read, each
-        # entry's path moved (no second read of it in each run)
-        cache = zipimport._zip_directory_cache
-        entries = cache.get(IMAGE_PATH)
-        if entries is not None:
-            cut = len(IMAGE_PATH)
-            cache[image] = {name: (image + entry[0][cut:],) + entry[1:] for name, entry in entries.items()}
 
     def moved(entry):
         for library in (stdlib, _IMAGE_SOURCE):  # the caller's real path, and the launcher's own
