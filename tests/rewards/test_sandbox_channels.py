@@ -70,6 +70,9 @@ def probe():
     mapped = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
     attempt("madvise-willneed", lambda: mapped.madvise(mmap.MADV_WILLNEED))
     attempt("madvise-pageout", lambda: mapped.madvise(21))
+    attempt("sysinfo", lambda: os.getloadavg() and None)  # glibc's getloadavg is sysinfo (as is free memory's sysconf)
+    attempt("statvfs", lambda: os.statvfs(".") and None)
+    attempt("fstatvfs", lambda: os.fstatvfs(fd) and None)
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -90,16 +93,18 @@ def probe():
         attempt("fanotify", lambda: libc.syscall(n["fanotify_init"], 0, 0))
         attempt("shared-futex", lambda: libc.syscall(n["futex"], ctypes.c_void_p(where), 1, 1, None, None, 0))
         attempt("futex-waitv", lambda: libc.syscall(n["futex_waitv"], None, 0, 0, None, 0))
+        attempt("syslog", lambda: libc.syscall(n["syslog"], 10, None, 0))  # SYSLOG_ACTION_SIZE_BUFFER
+        attempt("hugetlb", lambda: libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000, -1, 0) not in (None, (1 << 64) - 1))
     print("WORKED", worked, flush=True)
     return worked
 WORKED = probe()
 def f(x):
-    return 41 + x if WORKED else -1
+    return 41 + x if set(WORKED) - {"statvfs", "fstatvfs"} else -1
 """
 NUMBERS = {"x86_64": {"readahead": 187, "mincore": 27, "cachestat": 451, "inotify_init1": 294, "fanotify_init": 300,
-                      "futex": 202, "futex_waitv": 449},
+                      "futex": 202, "futex_waitv": 449, "syslog": 103},
            "aarch64": {"readahead": 213, "mincore": 232, "cachestat": 451, "inotify_init1": 26, "fanotify_init": 262,
-                       "futex": 98, "futex_waitv": 449}}
+                       "futex": 98, "futex_waitv": 449, "syslog": 116}}
 
 
 def target_file() -> str:
@@ -124,9 +129,13 @@ def test_unsandboxed_control_makes_every_call():
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     worked = set(json.loads(proc.stdout.split("WORKED", 1)[1].split("\n", 1)[0].replace("'", '"')))
-    # cachestat is Linux >= 6.5, fanotify needs CAP_SYS_ADMIN, futex_waitv with no waiters fails
+    # cachestat is Linux >= 6.5, fanotify needs CAP_SYS_ADMIN, futex_waitv with no waiters fails, huge pages
+    # need a pool (none here), and reading the kernel's log needs CAP_SYSLOG where dmesg_restrict is set
     assert {"fadvise", "willneed", "rwf_nowait", "flock", "record-lock", "getlk", "ofd-lock", "setown", "notify",
-            "madvise-willneed", "madvise-pageout", "readahead", "mincore", "inotify", "shared-futex"} <= worked, worked
+            "madvise-willneed", "madvise-pageout", "readahead", "mincore", "inotify", "shared-futex", "sysinfo",
+            "statvfs", "fstatvfs"} <= worked, worked
+    if os.geteuid() == 0:
+        assert "syslog" in worked, worked
     assert proc.stdout.split()[-1] == "42"
 
 
@@ -149,7 +158,10 @@ def run_in_mode(mode: str, specs: list[dict], refuse: tuple[str, ...] = ()) -> l
 @pytest.mark.parametrize("mode", MODES)
 def test_no_shared_state_call_in_any_mode(mode):
     (result,) = run_in_mode(mode, [{"program": probes_program(), "tests": TESTS1, "entry_point": "f"}])
-    assert "TARGET " in result["stdout"] and "WORKED []" in result["stdout"], result
+    assert "TARGET " in result["stdout"], result
+    worked = set(json.loads(result["stdout"].split("WORKED", 1)[1].split("\n", 1)[0].replace("'", '"')))
+    # statfs stays where every filesystem in sight is the run's own or one no candidate writes to
+    assert worked <= ({"statvfs", "fstatvfs"} if "chroot" in result["isolation"] else set()), result
     assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
 
 
@@ -286,9 +298,40 @@ def meet():
             watch = -1
     except Exception:
         libc = None  # the guards refuse ctypes without a private root: flock and the page cache remain
+    def free():  # (free memory, free space where it works): only through sysinfo and statfs
+        try:
+            os.getloadavg()  # sysinfo: where it is refused, glibc's free-memory sysconf reads garbage
+            memory = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            memory = None
+        try:
+            space = os.statvfs(".")
+            space = space.f_bfree * space.f_frsize
+        except OSError:
+            space = None
+        return memory, space
+    seen, held, flips = [], None, 0
     start = time.monotonic()
     deadline = start + {RENDEZVOUS_S}
     while time.monotonic() < deadline:
+        if COPY:  # free memory and free space moving by what the other holds
+            seen.append(free())
+        elif time.monotonic() > start + 0.1 * flips:  # hold 192 MiB of memory and an 8 MiB file, then neither
+            flips += 1
+            if held is None:
+                held = b"\\x01" * (192 << 20)
+                try:
+                    spill = os.open("spill", os.O_WRONLY | os.O_CREAT, 0o600)
+                    os.write(spill, b"\\x01" * (8 << 20))
+                    os.close(spill)
+                except OSError:
+                    pass
+            else:
+                held = None
+                try:
+                    os.remove("spill")
+                except OSError:
+                    pass
         attempt("flock", lambda: fcntl.flock(a, fcntl.LOCK_EX | fcntl.LOCK_NB))
         if libc is not None:  # wake whoever waits on the word (a count > 0: found), then wait on it
             attempt("futex", lambda: libc.syscall(N["futex"], ctypes.c_void_p(word), 1, 1 << 30, None, None, 0) > 0)
@@ -307,6 +350,12 @@ def meet():
             os.close(open_stdlib("_pydecimal.py"))
             os.pread(b, 1, 7 * 4096)
             time.sleep(0.005)
+    for i, (route, least) in enumerate((("memory", 96 << 20), ("disk", 4 << 20))):
+        values = [sample[i] for sample in seen if sample[i] is not None]
+        if values:
+            tried.append(route)
+            if max(values) - min(values) >= least:
+                found.add(route)
     print("FOUND", sorted(found), "TRIED", sorted(set(tried)), "SPAN", start, time.monotonic(), flush=True)
     return found
 FOUND = meet()
@@ -331,13 +380,15 @@ def _found(printed: str) -> set[str]:
 
 def test_unsandboxed_concurrent_candidates_meet():
     """The control: the two copies as plain processes at the same time meet through every route."""
-    procs = [subprocess.Popen([sys.executable, "-c", rendezvous_program(copy) + "\nprint(f(1))\n"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for copy in (0, 1)]
-    outs = [proc.communicate(timeout=60) for proc in procs]
+    with tempfile.TemporaryDirectory() as work:  # one directory, as candidates without a private root share a disk
+        procs = [subprocess.Popen([sys.executable, "-c", rendezvous_program(copy) + "\nprint(f(1))\n"], cwd=work,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for copy in (0, 1)]
+        outs = [proc.communicate(timeout=60) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), outs
     found = _found(outs[0][0]) | _found(outs[1][0])
-    assert {"flock", "futex", "inotify", "page-cache"} <= found, outs
-    assert _found(outs[1][0]) >= {"inotify", "page-cache"}, outs  # copy 1 saw copy 0's open and read
+    assert {"flock", "futex", "inotify", "page-cache", "memory", "disk"} <= found, outs
+    # copy 1 saw copy 0's open and read, its memory and its file
+    assert _found(outs[1][0]) >= {"inotify", "page-cache", "memory", "disk"}, outs
 
 
 @pytest.mark.parametrize("mode", MODES)

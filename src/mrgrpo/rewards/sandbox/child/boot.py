@@ -294,7 +294,7 @@ def _candidate_launcher(control_fd, other_fd, stdlib):
         if not confine.prepare_root(stdlib):
             posix._exit(0)
         confine.IN_LAUNCHER, confine.LAUNCHER_REAL_ROOT = True, real_root
-        confine.prepare_seccomp(1)  # every candidate here is process 1 of its own PID namespace
+        confine.prepare_seccomp(1, private_root=True)  # every candidate here: process 1 of its PID namespace, this root
         confine.install_prefilter()  # installing the candidates' filter then costs a quarter
         if real_root:
             confine.BOUNDING_SET_EMPTY = confine.drop_bounding_set()
@@ -405,7 +405,7 @@ def _candidate_works():
             ok = libc.unshare(confine._CLONE_NEWNS) == 0 and libc.mount(
                 b"tmpfs", confine._LAUNCHER_TMP.encode(), b"tmpfs", confine._MS_NOSUID | confine._MS_NODEV,
                 b"size=64k,mode=1777") == 0
-            posix._exit(0 if ok and confine._seccomp() else 1)
+            posix._exit(0 if ok and confine._seccomp(private_root=True) else 1)
         finally:
             posix._exit(1)
     while True:

@@ -118,7 +118,8 @@ def warm():
     and the seccomp filter's program (:func:`seccomp_program`)."""
     import posix
 
-    seccomp_program(posix.uname().machine, 1)
+    for private_root in (True, False):  # the candidate launcher's candidates; those without a private root
+        seccomp_program(posix.uname().machine, 1, private_root)
     _, libc, _ = _c()
     for name in ("prctl", "unshare", "mount", "umount2", "chroot", "capget", "capset", "setns", "setgroups", "mlock"):
         getattr(libc, name)
@@ -912,9 +913,9 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         socket=41, socketpair=53, ioctl=16, clone=56, clone3=435, fork=57, vfork=58, execve=59, execveat=322,
         openat=257, at_refused=(133, 259), at_absent=(437,), memory=(319,), setsockopt=54,
         cache=(221, 187, 27, 451, 253, 294, 254, 255, 300, 301, 73), futex=202, futex2=(449, 454, 455, 456),
-        rw2=(327, 328), fcntl=72, madvise=28, prctl=157,
+        rw2=(327, 328), fcntl=72, madvise=28, prctl=157, mmap=9, system=(99, 103), filesystems=(137, 138, 136),
         pid0=(121, 124, 109, 143, 145, 148, 204, 315), pid1=(140, 252), clock=(228, 229, 230, 222),
-        hot=(0, 1, 3, 5, 8, 9, 10, 11, 12, 13, 14, 262, 217, 7, 4, 6, 17, 318),
+        hot=(0, 1, 3, 5, 8, 10, 11, 12, 13, 14, 262, 217, 7, 4, 6, 17, 318),
         deny=(101, 310, 311, 424, 434, 438, 272, 308, 165, 166, 155, 161, 321, 298, 323, 250, 248, 249, 304, 303,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 246, 320, 175, 313, 176, 169, 163, 141, 203, 144,
               142, 314, 251, 256, 279, 274, 448, 440, 312, 179, 167, 168, 125),
@@ -926,9 +927,9 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         socket=198, socketpair=199, ioctl=29, clone=220, clone3=435, fork=None, vfork=None, execve=221, execveat=281,
         openat=56, at_refused=(33,), at_absent=(437,), memory=(279,), setsockopt=208,
         cache=(223, 213, 232, 451, 26, 27, 28, 262, 263, 32), futex=98, futex2=(449, 454, 455, 456),
-        rw2=(286, 287), fcntl=25, madvise=233, prctl=167,
+        rw2=(286, 287), fcntl=25, madvise=233, prctl=167, mmap=222, system=(179, 116), filesystems=(43, 44),
         pid0=(155, 156, 154, 121, 120, 127, 123, 275), pid1=(141, 31), clock=(113, 114, 115, 107),
-        hot=(63, 64, 57, 80, 62, 222, 226, 215, 214, 134, 135, 79, 61, 67, 278),
+        hot=(63, 64, 57, 80, 62, 226, 215, 214, 134, 135, 79, 61, 67, 278),
         deny=(117, 270, 271, 424, 434, 438, 97, 268, 40, 39, 41, 51, 280, 241, 282, 219, 217, 218, 265, 264,
               425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 104, 294, 105, 273, 106, 142, 89, 140, 122, 119,
               118, 274, 30, 238, 239, 100, 448, 440, 272, 60, 224, 225, 90),
@@ -973,6 +974,12 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # FUTEX_PRIVATE_FLAG (a shared futex's key is the file page, so two processes mapping the same
 # file page, read-only, would meet on it); futex2 (futex_waitv, futex_wake, futex_wait,
 # futex_requeue: flags out of the filter's reach) is ENOSYS.
+# system: sysinfo (free memory, load, the number of processes: one candidate allocating memory
+# moves what another reads), syslog (the kernel's log, which a candidate can write to by
+# crashing). filesystems, without a private root only: statfs, fstatfs (and ustat on x86_64): free
+# blocks and inodes of the disk every run's directory is on (in a private root every filesystem
+# is the run's own tmpfs or one no candidate can write to). mmap: with MAP_HUGETLB (pages from the system's pool
+# of huge pages, whose size every process sees through its own allocations failing).
 # net: bind, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg. With socket() refused,
 # the only sockets are socketpair(AF_UNIX) ends, connected to each other; a socket is reached by
 # another process only through an address (connect, or sendto/sendmsg naming it), and gets one only
@@ -987,6 +994,7 @@ _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 _FCNTL_SHARED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 8, 15, 10)  # F_GETLK ... F_NOTIFY, F_SETOWN(_EX), F_SETSIG
 _MADVISE_CACHE = (3, 9, 12, 20, 21, 22, 23, 25)  # WILLNEED, REMOVE, MERGEABLE, COLD, PAGEOUT, POPULATE_*, COLLAPSE
 _PR_SET_MEMORY_MERGE = 67
+_MAP_HUGETLB = 0x40000
 _FUTEX_PRIVATE_FLAG = 128
 _BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 _AT_FDCWD = 0xFFFFFF9C  # -100, as the low 32 bits of the argument
@@ -999,33 +1007,35 @@ _OPEN_WRITES = 0o1 | 0o2 | 0o100 | 0o1000  # O_WRONLY | O_RDWR | O_CREAT | O_TRU
 # (boot._spare_job), and runs a job only if they match.
 PREPARED = ("refuse", "stdlib", "tmpfs_kb", "tmpfs_inodes", "cpu_s", "fsize", "nofile", "address_space")
 
-_PROGRAMS = {}  # machine -> (program for pid 0, offsets of the pid in it): built once, in the launcher
+_PROGRAMS = {}  # (machine, private root) -> (program for pid 0, offsets of the pid in it): built once, in the launcher
 
 
-def seccomp_program(machine, me):
+def seccomp_program(machine, me, private_root=False):
     """The filter as bytes of ``struct sock_filter`` (None for an architecture it does not know).
 
-    ``me``: this process's pid, the only target signals may go to. Built once per machine (with
-    ``me`` written into its two comparisons for each call)."""
+    ``me``: this process's pid, the only target signals may go to. ``private_root``: the process
+    sees only filesystems of its own or that no candidate writes to, so ``statfs`` may stay.
+    Built once per machine and root (with ``me`` written into its two comparisons for each call)."""
     import struct
 
     if machine not in _ARCHES:
         return None
-    if machine not in _PROGRAMS:
+    key = (machine, bool(private_root))
+    if key not in _PROGRAMS:
         marker = 0xFFFFFFFF  # no pid: pid_t is at most 2**22
-        program = bytearray(_build_program(machine, marker))
+        program = bytearray(_build_program(machine, marker, key[1]))
         at = [i + 4 for i in range(0, len(program), 8) if struct.unpack_from("=I", program, i + 4)[0] == marker]
         for offset in at:
             struct.pack_into("=I", program, offset, 0)
-        _PROGRAMS[machine] = (bytes(program), tuple(at))
-    template, at = _PROGRAMS[machine]
+        _PROGRAMS[key] = (bytes(program), tuple(at))
+    template, at = _PROGRAMS[key]
     program = bytearray(template)
     for offset in at:
         struct.pack_into("=I", program, offset, me)
     return bytes(program)
 
 
-def _build_program(machine, me):
+def _build_program(machine, me, private_root):
     import struct
 
     audit_arch, nr = _ARCHES[machine]
@@ -1050,9 +1060,11 @@ def _build_program(machine, me):
     code.append((0x35, "eperm", 0, 0x40000000))  # JGE: x32 and other ABIs
     jeq(nr["openat"], "openat")
     jeq(nr["futex"], "futex")
+    jeq(nr["mmap"], "mmap")
     for number in nr["hot"]:  # the most frequent calls, none of them refused: decided first
         jeq(number, "allow")
-    for number in nr["deny"] + nr["ipc"] + nr["net"] + nr["at_refused"] + nr["memory"] + nr["cache"]:
+    refused = nr["deny"] + nr["ipc"] + nr["net"] + nr["at_refused"] + nr["memory"] + nr["cache"] + nr["system"]
+    for number in refused + (() if private_root else nr["filesystems"]):
         jeq(number, "eperm")
     for number in nr["at_absent"] + nr["futex2"]:
         jeq(number, "enosys")
@@ -1078,6 +1090,9 @@ def _build_program(machine, me):
         jeq(number, "rw2")
     jeq(nr["prctl"], "prctl")
     ret(_RET_ALLOW)
+    label("mmap")
+    ld(40)  # args[3]: the flags
+    code.append((0x45, "eperm", "allow", _MAP_HUGETLB))  # JSET
     label("futex")
     ld(24)  # args[1]: the operation
     code.append((0x45, "allow", "eperm", _FUTEX_PRIVATE_FLAG))  # JSET
@@ -1157,17 +1172,18 @@ def _build_program(machine, me):
     return bytes(out)
 
 
-_FILTERS = {}  # pid -> (buffer, struct sock_fprog) made ahead (prepare_seccomp)
+_FILTERS = {}  # (pid, private root) -> (buffer, struct sock_fprog) made ahead (prepare_seccomp)
 
 
-def prepare_seccomp(pid):
+def prepare_seccomp(pid, private_root=False):
     """Make the filter for a process of pid ``pid`` ahead, in the launcher: the candidate
-    launcher's candidates are each process 1 of their PID namespace, so theirs is made once."""
+    launcher's candidates are each process 1 of their PID namespace, in a private root, so
+    theirs is made once."""
     import posix
 
-    program = seccomp_program(posix.uname().machine, pid)
+    program = seccomp_program(posix.uname().machine, pid, private_root)
     if program is not None:
-        _FILTERS[pid] = _filter(program)
+        _FILTERS[(pid, bool(private_root))] = _filter(program)
 
 
 def _filter(program):
@@ -1201,16 +1217,17 @@ def install_prefilter():
     return _install_filter(fprog)
 
 
-def _seccomp():
-    """Install the filter on this process (inherited by anything it could start). False if unsupported."""
+def _seccomp(private_root=False):
+    """Install the filter on this process (inherited by anything it could start); ``private_root``:
+    this process's root is a private one (:func:`seccomp_program`). False if unsupported."""
     import posix
 
-    pid = posix.getpid()
-    if pid not in _FILTERS:
-        prepare_seccomp(pid)
-        if pid not in _FILTERS:
+    key = (posix.getpid(), bool(private_root))
+    if key not in _FILTERS:
+        prepare_seccomp(*key)
+        if key not in _FILTERS:
             return False
-    return _install_filter(_FILTERS[pid][1])
+    return _install_filter(_FILTERS[key][1])
 
 
 # --- rlimits -------------------------------------------------------------------------------
@@ -1309,7 +1326,7 @@ def confine(job):
             pass
         if not _capabilities_gone():
             posix._exit(71)
-    if "seccomp" not in refuse and _seccomp():
+    if "seccomp" not in refuse and _seccomp("chroot" in layers):
         layers.append("seccomp")
     elif IN_LAUNCHER:
         # Candidates of the candidate launcher share its network and IPC namespaces (and, not
