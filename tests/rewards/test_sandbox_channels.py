@@ -29,7 +29,7 @@ TESTS1 = "def check(candidate):\n    assert candidate(1) == 42\n"
 # Every call tried on a standard-library file (readable in every mode); prints what worked and
 # answers right if anything did.
 PROBES = """
-import os, fcntl, mmap, sys
+import os, fcntl, mmap, signal, sys
 def target():
     # a standard-library file as this candidate reaches it (a path of its root, or through the
     # /proc/self/fd/<n> entry of sys.path where its uid cannot walk to the standard library)
@@ -73,6 +73,15 @@ def probe():
     attempt("sysinfo", lambda: os.getloadavg() and None)  # glibc's getloadavg is sysinfo (as is free memory's sysconf)
     attempt("statvfs", lambda: os.statvfs(".") and None)
     attempt("fstatvfs", lambda: os.fstatvfs(fd) and None)
+    attempt("setpipe", lambda: fcntl.fcntl(os.pipe()[0], 1031, 1 << 20))  # F_SETPIPE_SZ: the user's pipe pages
+    def queue():  # a queued signal counts against the user's pending signals (EAGAIN where none may be)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+        try:
+            signal.raise_signal(signal.SIGRTMIN)
+        except OSError:
+            return False
+        return signal.sigtimedwait([signal.SIGRTMIN], 0) is not None
+    attempt("sigqueue", queue)
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -133,7 +142,7 @@ def test_unsandboxed_control_makes_every_call():
     # need a pool (none here), and reading the kernel's log needs CAP_SYSLOG where dmesg_restrict is set
     assert {"fadvise", "willneed", "rwf_nowait", "flock", "record-lock", "getlk", "ofd-lock", "setown", "notify",
             "madvise-willneed", "madvise-pageout", "readahead", "mincore", "inotify", "shared-futex", "sysinfo",
-            "statvfs", "fstatvfs"} <= worked, worked
+            "statvfs", "fstatvfs", "setpipe", "sigqueue"} <= worked, worked
     if os.geteuid() == 0:
         assert "syslog" in worked, worked
     assert proc.stdout.split()[-1] == "42"
@@ -270,7 +279,7 @@ def open_stdlib(name):
     raise OSError(name)
 """
 RENDEZVOUS = OPEN_STDLIB + """
-import fcntl, mmap, time
+import fcntl, mmap, resource, signal, time
 COPY, N = {COPY}, {NUMBERS!r}
 def meet():
     found, tried = set(), []
@@ -310,12 +319,35 @@ def meet():
         except OSError:
             space = None
         return memory, space
-    seen, held, flips = [], None, 0
+    def queued(signum, most):  # signals this process could queue (blocked, so they stay pending)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signum])
+        n = 0
+        try:
+            while n < most:
+                signal.raise_signal(signum)
+                n += 1
+        except OSError:  # EAGAIN: its user's pending signals are at its RLIMIT_SIGPENDING
+            pass
+        while signal.sigtimedwait([signum], 0) is not None:
+            pass
+        return n
+    most = resource.getrlimit(resource.RLIMIT_SIGPENDING)[0]
+    most = 200_000 if most < 0 else min(most, 200_000)
+    if not COPY:  # 20,000 pending for the whole span: its user's count, which the other's limit is checked against
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+        try:
+            for _ in range(20_000):
+                signal.raise_signal(signal.SIGRTMIN)
+        except OSError:
+            pass
+    seen, held, flips, room = [], None, 0, []
     start = time.monotonic()
     deadline = start + {RENDEZVOUS_S}
     while time.monotonic() < deadline:
-        if COPY:  # free memory and free space moving by what the other holds
+        if COPY:  # free memory and free space moving by what the other holds; room for signals
             seen.append(free())
+            if time.monotonic() > start + 0.5 * (1 + len(room)) and len(room) < 2:
+                room.append(queued(signal.SIGRTMIN + 1, most))
         elif time.monotonic() > start + 0.1 * flips:  # hold 192 MiB of memory and an 8 MiB file, then neither
             flips += 1
             if held is None:
@@ -350,6 +382,10 @@ def meet():
             os.close(open_stdlib("_pydecimal.py"))
             os.pread(b, 1, 7 * 4096)
             time.sleep(0.005)
+    if room:
+        tried.append("signals")
+        if min(room) + 10_000 <= most:
+            found.add("signals")
     for i, (route, least) in enumerate((("memory", 96 << 20), ("disk", 4 << 20))):
         values = [sample[i] for sample in seen if sample[i] is not None]
         if values:
@@ -386,9 +422,9 @@ def test_unsandboxed_concurrent_candidates_meet():
         outs = [proc.communicate(timeout=60) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), outs
     found = _found(outs[0][0]) | _found(outs[1][0])
-    assert {"flock", "futex", "inotify", "page-cache", "memory", "disk"} <= found, outs
-    # copy 1 saw copy 0's open and read, its memory and its file
-    assert _found(outs[1][0]) >= {"inotify", "page-cache", "memory", "disk"}, outs
+    assert {"flock", "futex", "inotify", "page-cache", "memory", "disk", "signals"} <= found, outs
+    # copy 1 saw copy 0's open and read, its memory, its file and its pending signals (one user's)
+    assert _found(outs[1][0]) >= {"inotify", "page-cache", "memory", "disk", "signals"}, outs
 
 
 @pytest.mark.parametrize("mode", MODES)

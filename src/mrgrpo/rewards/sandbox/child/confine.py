@@ -970,7 +970,9 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # locks, leases, directory notifications and SIGIO owners (F_GETLK, F_SETLK, F_SETLKW, F_OFD_*,
 # F_SETLEASE, F_GETLEASE, F_NOTIFY, F_SETOWN, F_SETOWN_EX, F_SETSIG), madvise advice that reads
 # pages in, evicts them or merges them with other processes' (WILLNEED, REMOVE, MERGEABLE, COLD,
-# PAGEOUT, POPULATE_READ/WRITE, COLLAPSE), prctl(PR_SET_MEMORY_MERGE), and futex without
+# PAGEOUT, POPULATE_READ/WRITE, COLLAPSE), prctl(PR_SET_MEMORY_MERGE), fcntl(F_SETPIPE_SZ) (a
+# pipe's pages count against its user's fs.pipe-user-pages-soft, which every candidate of a user
+# namespace shares: one growing its pipes to 1 MiB shrank what another could), and futex without
 # FUTEX_PRIVATE_FLAG (a shared futex's key is the file page, so two processes mapping the same
 # file page, read-only, would meet on it); futex2 (futex_waitv, futex_wake, futex_wait,
 # futex_requeue: flags out of the filter's reach) is ENOSYS.
@@ -991,7 +993,8 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 _RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
-_FCNTL_SHARED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 8, 15, 10)  # F_GETLK ... F_NOTIFY, F_SETOWN(_EX), F_SETSIG
+_FCNTL_REFUSED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 8, 15, 10,  # F_GETLK ... F_NOTIFY, F_SETOWN(_EX), F_SETSIG
+                  1031)  # F_SETPIPE_SZ
 _MADVISE_CACHE = (3, 9, 12, 20, 21, 22, 23, 25)  # WILLNEED, REMOVE, MERGEABLE, COLD, PAGEOUT, POPULATE_*, COLLAPSE
 _PR_SET_MEMORY_MERGE = 67
 _MAP_HUGETLB = 0x40000
@@ -1098,7 +1101,7 @@ def _build_program(machine, me, private_root):
     code.append((0x45, "allow", "eperm", _FUTEX_PRIVATE_FLAG))  # JSET
     label("fcntl")
     ld(24)  # args[1]: the command
-    for command in _FCNTL_SHARED:
+    for command in _FCNTL_REFUSED:
         jeq(command, "eperm")
     ret(_RET_ALLOW)
     label("madvise")
@@ -1252,6 +1255,10 @@ def limit(job, init=False):
     cap(resource.RLIMIT_NOFILE, job["nofile"])
     cap(resource.RLIMIT_CORE, 0)
     cap(resource.RLIMIT_NPROC, 1)
+    # Signals queued pending count against the user's (every user namespace's creator's too):
+    # one candidate holding thousands would leave another room for fewer. With 0, none is queued
+    # (kill()'s ordinary signals, SIGXCPU, SIGPIPE and the timeouts' SIGKILL still arrive).
+    cap(resource.RLIMIT_SIGPENDING, 0)
     cap(resource.RLIMIT_AS, job["address_space"])
 
 
