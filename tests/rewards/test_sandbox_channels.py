@@ -73,7 +73,10 @@ def probe():
     attempt("sysinfo", lambda: os.getloadavg() and None)  # glibc's getloadavg is sysinfo (as is free memory's sysconf)
     attempt("statvfs", lambda: os.statvfs(".") and None)
     attempt("fstatvfs", lambda: os.fstatvfs(fd) and None)
+    attempt("pipe", lambda: os.pipe() and None)  # a pipe's inode number comes from a counter per CPU
     attempt("setpipe", lambda: fcntl.fcntl(os.pipe()[0], 1031, 1 << 20))  # F_SETPIPE_SZ: the user's pipe pages
+    # FS_IOC_FIEMAP: where on the disk a file's blocks lie (how many extents, here)
+    attempt("fiemap", lambda: fcntl.ioctl(fd, 0xC020660B, (0).to_bytes(8, "little") + bytes([255]) * 8 + bytes(16)) and None)
     def queue():  # a queued signal counts against the user's pending signals (EAGAIN where none may be)
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
         try:
@@ -142,7 +145,7 @@ def test_unsandboxed_control_makes_every_call():
     # need a pool (none here), and reading the kernel's log needs CAP_SYSLOG where dmesg_restrict is set
     assert {"fadvise", "willneed", "rwf_nowait", "flock", "record-lock", "getlk", "ofd-lock", "setown", "notify",
             "madvise-willneed", "madvise-pageout", "readahead", "mincore", "inotify", "shared-futex", "sysinfo",
-            "statvfs", "fstatvfs", "setpipe", "sigqueue"} <= worked, worked
+            "statvfs", "fstatvfs", "pipe", "setpipe", "sigqueue", "fiemap"} <= worked, worked
     if os.geteuid() == 0:
         assert "syslog" in worked, worked
     assert proc.stdout.split()[-1] == "42"

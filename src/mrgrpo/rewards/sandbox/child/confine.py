@@ -39,8 +39,8 @@ capability, or is uid 0 where execve could give some back, exits (status 71) ins
   root, none of the host's files: the launcher's image in memory, :func:`stdlib_image`) and the devices,
   writing only the working directory, no TCP, no signals or abstract sockets outside.
 * ``seccomp``: a filter refusing ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo`` towards any
-  other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket`` (``socketpair`` of
-  ``AF_UNIX`` only), every call giving a socket an address or reaching one by address
+  other process, ``pidfd_*``, ``ptrace``, ``process_vm_*``, ``socket``, ``socketpair``,
+  ``pipe``/``pipe2`` (a candidate uses the fds it was given), every call giving a socket an address or reaching one by address
   (``bind``, ``connect``, ``listen``, ``accept``, ``sendto``, ``sendmsg``), namespaces, mounts, new processes and threads, ``execve``, ``io_uring``,
   ``bpf``, SysV IPC and POSIX message queues, and calls that reach other processes' scheduling, limits or memory;
   ``openat`` that may write relative to a directory fd, ``openat2``, ``mknod``/``mknodat``,
@@ -913,7 +913,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         socket=41, socketpair=53, ioctl=16, clone=56, clone3=435, fork=57, vfork=58, execve=59, execveat=322,
         openat=257, at_refused=(133, 259), at_absent=(437,), memory=(319,), setsockopt=54,
         cache=(221, 187, 27, 451, 253, 294, 254, 255, 300, 301, 73), futex=202, futex2=(449, 454, 455, 456),
-        rw2=(327, 328), fcntl=72, madvise=28, prctl=157, mmap=9, system=(99, 103), filesystems=(137, 138, 136),
+        rw2=(327, 328), fcntl=72, madvise=28, prctl=157, mmap=9, system=(99, 103), filesystems=(137, 138, 136), inodes=(22, 293, 53, 206, 447),
         pid0=(121, 124, 109, 143, 145, 148, 204, 315), pid1=(140, 252), clock=(228, 229, 230, 222),
         hot=(0, 1, 3, 5, 8, 10, 11, 12, 13, 14, 262, 217, 7, 4, 6, 17, 318),
         deny=(101, 310, 311, 424, 434, 438, 272, 308, 165, 166, 155, 161, 321, 298, 323, 250, 248, 249, 304, 303,
@@ -927,7 +927,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
         socket=198, socketpair=199, ioctl=29, clone=220, clone3=435, fork=None, vfork=None, execve=221, execveat=281,
         openat=56, at_refused=(33,), at_absent=(437,), memory=(279,), setsockopt=208,
         cache=(223, 213, 232, 451, 26, 27, 28, 262, 263, 32), futex=98, futex2=(449, 454, 455, 456),
-        rw2=(286, 287), fcntl=25, madvise=233, prctl=167, mmap=222, system=(179, 116), filesystems=(43, 44),
+        rw2=(286, 287), fcntl=25, madvise=233, prctl=167, mmap=222, system=(179, 116), filesystems=(43, 44), inodes=(59, 199, 0, 447),
         pid0=(155, 156, 154, 121, 120, 127, 123, 275), pid1=(141, 31), clock=(113, 114, 115, 107),
         hot=(63, 64, 57, 80, 62, 226, 215, 214, 134, 135, 79, 61, 67, 278),
         deny=(117, 270, 271, 424, 434, 438, 97, 268, 40, 39, 41, 51, 280, 241, 282, 219, 217, 218, 265, 264,
@@ -982,8 +982,13 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # blocks and inodes of the disk every run's directory is on (in a private root every filesystem
 # is the run's own tmpfs or one no candidate can write to). mmap: with MAP_HUGETLB (pages from the system's pool
 # of huge pages, whose size every process sees through its own allocations failing).
-# net: bind, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg. With socket() refused,
-# the only sockets are socketpair(AF_UNIX) ends, connected to each other; a socket is reached by
+# inodes: pipe, pipe2, socketpair, io_setup, memfd_secret: each takes an inode number from a
+# counter the kernel keeps per CPU for all its internal filesystems (get_next_ino), which any
+# process reads back as st_ino of a pipe or socket it holds: a candidate making pipes until the
+# number reached a value it chose left that value for the next run on its CPU (measured: the next
+# candidate's pipe read it plus 15). A candidate has the fds it was given and makes none of these.
+# net: bind, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg. With socket() and
+# socketpair() refused, the only sockets are the ones a candidate was given; a socket is reached by
 # another process only through an address (connect, or sendto/sendmsg naming it), and gets one only
 # through bind or autobind (bind, connect, sendto/sendmsg with an address, or a write with
 # SO_PASSCRED, which names it but leaves it connected to its own peer). With these refused, no
@@ -992,7 +997,11 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # there is no network namespace of its own.
 _RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
-_TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
+# TCGETS (isatty), TIOCGWINSZ (the terminal's size), FIONREAD, FIONBIO, FIONCLEX, FIOCLEX: what
+# the interpreter and the standard library ask of an fd; every other request is refused (among
+# them TIOCSTI, TIOCLINUX, and FS_IOC_FIEMAP, which tells where on the disk a file's blocks are:
+# without a private root, where the filesystem's allocator, which every run moves, is).
+_IOCTL_ALLOWED = (0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)
 _FCNTL_REFUSED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 8, 15, 10,  # F_GETLK ... F_NOTIFY, F_SETOWN(_EX), F_SETSIG
                   1031)  # F_SETPIPE_SZ
 _MADVISE_CACHE = (3, 9, 12, 20, 21, 22, 23, 25)  # WILLNEED, REMOVE, MERGEABLE, COLD, PAGEOUT, POPULATE_*, COLLAPSE
@@ -1066,7 +1075,8 @@ def _build_program(machine, me, private_root):
     jeq(nr["mmap"], "mmap")
     for number in nr["hot"]:  # the most frequent calls, none of them refused: decided first
         jeq(number, "allow")
-    refused = nr["deny"] + nr["ipc"] + nr["net"] + nr["at_refused"] + nr["memory"] + nr["cache"] + nr["system"]
+    refused = (nr["deny"] + nr["ipc"] + nr["net"] + nr["at_refused"] + nr["memory"] + nr["cache"] + nr["system"]
+               + nr["inodes"])
     for number in refused + (() if private_root else nr["filesystems"]):
         jeq(number, "eperm")
     for number in nr["at_absent"] + nr["futex2"]:
@@ -1084,7 +1094,6 @@ def _build_program(machine, me, private_root):
         jeq(number, "self_or_zero_1")
     for number in nr["clock"]:
         jeq(number, "clock")
-    jeq(nr["socketpair"], "unix")
     jeq(nr["setsockopt"], "setsockopt")
     jeq(nr["ioctl"], "ioctl")
     jeq(nr["fcntl"], "fcntl")
@@ -1140,13 +1149,11 @@ def _build_program(machine, me, private_root):
     ld(16)  # args[0]: the clock id, low 32 bits
     code.append((0x35, "allow", 0, _CLOCK_OF_PID_0))  # JGE: this process's (or thread's) CPU clock
     code.append((0x35, "eperm", "allow", 0x80000000))  # another process's: negative
-    label("unix")
-    ld(16)
-    jeq(1, "allow", "eperm")  # AF_UNIX
     label("ioctl")
     ld(24)  # args[1], the request
-    jeq(_TIOCSTI, "eperm")
-    jeq(_TIOCLINUX, "eperm", "allow")
+    for request in _IOCTL_ALLOWED:
+        jeq(request, "allow")
+    ret(_RET_ERRNO | _EPERM)
     label("allow")
     ret(_RET_ALLOW)
     label("eperm")
