@@ -423,10 +423,10 @@ def test_run_many_keeps_order_and_isolates_hostile_neighbours():
 
 
 def refuse_every_kernel_layer(monkeypatch, opt_in: bool = True):
-    """A system with no namespaces, Landlock or seccomp; the user opted in to guards-only runs."""
+    """A system with no namespaces, chroot, Landlock or seccomp; the user opted in to guards-only runs."""
     import mrgrpo.rewards.sandbox as sandbox
 
-    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"namespaces", "landlock", "seccomp"}))
+    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"namespaces", "chroot", "landlock", "seccomp"}))
     if opt_in:
         monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     else:

@@ -452,9 +452,9 @@ def test_huge_and_deep_replies_fail_that_case_and_the_caller_survives():
 
 @pytest.fixture
 def guards_only(monkeypatch):
-    """A system that refuses every kernel layer (no namespaces, Landlock or seccomp), the user
+    """A system that refuses every kernel layer (no namespaces, chroot, Landlock or seccomp), the user
     having opted in to guards-only runs: the verdict must still hold."""
-    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"namespaces", "landlock", "seccomp"}))
+    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"namespaces", "chroot", "landlock", "seccomp"}))
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
 
 

@@ -300,7 +300,7 @@ def f(x):
 # a pid counts as seen when the call answers differently for it than for a pid that cannot exist;
 # tried on pids 1-2000 and on the caller's. Answers right if a call saw any process but itself.
 # It also reports (PATHS) the pids it finds as /proc entries (stat, listdir), which without a
-# private root stay visible (docs/sandbox.md).
+# private root or a jail (uid 0 only) stay visible (docs/sandbox.md).
 PROCESSES = """
 import os, resource, time
 NOWHERE = 4194303  # above any pid_max in use: no such process
@@ -599,6 +599,8 @@ def test_every_privilege_mode(mode, workspace):
     assert wanted - {"landlock"} <= layers, (mode, layers)
     if "no-namespaces" in mode:
         assert not layers & {"userns", "netns", "mountns", "ipcns", "pidns", "chroot"}
+        # uid 0 (real root, or a user namespace's) may chroot: its root is then the run's directory
+        assert ("jail" in layers) == (os.geteuid() == 0 or mode.startswith("userns")), layers
     if mode.startswith("no-namespaces"):
         # real root that may not make namespaces (a container's): the run's own uid all the same
         assert ("uid" in layers) == (os.geteuid() == 0) and "nocaps" not in layers, layers
@@ -640,7 +642,7 @@ def test_every_privilege_mode(mode, workspace):
         assert uids == (0, 0, 0), report
     seen = attacks[list(ATTACKS).index("other-processes")]["stdout"]
     assert seen.startswith("SEEN ") and seen.split(None, 2)[2].startswith("{} PATHS "), seen  # no call saw another process
-    if "chroot" in layers:  # a private root has no /proc: nothing else to see either
+    if "chroot" in layers or "jail" in layers:  # a private root or a jail has no /proc: nothing else to see either
         assert seen.split(" PATHS ", 1)[1].startswith("{}"), seen
     assert "listdir" not in seen.split(" PATHS ", 1)[1], seen  # without one, /proc is not listed (Landlock, guards)
     with open(os.path.join(top, "root-owned")) as handle:

@@ -489,6 +489,8 @@ def stdlib_image(stdlib):
     except (OSError, ValueError, zipfile.BadZipFile):
         return None
     IMAGE_PATH, _IMAGE_SOURCE = "/proc/self/fd/%d" % IMAGE_FD, stdlib
+    _IMAGE_MODULES.update(_image_modules(data))
+    del data
     zipimport.zipimporter(IMAGE_PATH)  # its table of contents read here, once: every candidate inherits it
     # the same table for the copy a candidate making its own root puts at ROOT_IMAGE (_image_into),
     # each entry's path moved there: made once here, not in each such candidate
@@ -507,6 +509,96 @@ def stdlib_image(stdlib):
             except Exception:
                 pass
     return IMAGE_PATH
+
+
+#: Module name -> ``(name in the image, offset of its bytes, size, is a package, is bytecode)``
+#: of every module in the launcher's image (:func:`stdlib_image`), for :class:`_ImageFinder`.
+_IMAGE_MODULES = {}
+
+
+def _image_modules(data):
+    """:data:`_IMAGE_MODULES`'s entries for the zip archive ``data`` (stored, not compressed):
+    where each member's bytes start, read from its local header."""
+    import io
+    import struct
+    import zipfile
+
+    modules = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            header = info.header_offset
+            name_size, extra_size = struct.unpack_from("<HH", data, header + 26)
+            start = header + 30 + name_size + extra_size
+            path, _, kind = info.filename.rpartition(".")
+            package = path == "__init__" or path.endswith("/__init__")
+            name = path[: -len("__init__")].rstrip("/") if package else path
+            if name and kind in ("py", "pyc"):
+                modules[name.replace("/", ".")] = (info.filename, start, info.file_size, package, kind == "pyc")
+    return modules
+
+
+class _ImageFinder:
+    """Imports the standard library from the image's fd (:data:`IMAGE_FD`) by ``pread``, no path
+    opened: a candidate without a private root may be under a root with no ``/proc`` (``jail``),
+    and needs no path of the host's at all. A finder and loader on ``sys.meta_path``, answering
+    by module name for every module of the image; ``__file__`` names the module inside
+    :data:`IMAGE_PATH`, as the zip importer would."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.machinery
+
+        entry = _IMAGE_MODULES.get(fullname)
+        if entry is None:
+            return None
+        spec = importlib.machinery.ModuleSpec(fullname, self, origin=IMAGE_PATH + "/" + entry[0],
+                                              is_package=entry[3])
+        if entry[3]:
+            spec.submodule_search_locations = [IMAGE_PATH + "/" + entry[0].rpartition("/")[0]]
+        spec.has_location = True
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def _bytes(self, fullname):
+        import posix
+
+        name, start, size, _, _ = _IMAGE_MODULES[fullname]
+        data = b""
+        while len(data) < size:
+            chunk = posix.pread(IMAGE_FD, size - len(data), start + len(data))
+            if not chunk:
+                raise ImportError("the image ends inside %s" % name, name=fullname)
+            data += chunk
+        return data
+
+    def get_code(self, fullname):
+        import marshal
+
+        data = self._bytes(fullname)
+        if _IMAGE_MODULES[fullname][4]:
+            return marshal.loads(memoryview(data)[16:])  # after the .pyc header
+        return compile(data, IMAGE_PATH + "/" + _IMAGE_MODULES[fullname][0], "exec", dont_inherit=True)
+
+    def exec_module(self, module):
+        exec(self.get_code(module.__spec__.name), module.__dict__)
+
+    def get_source(self, fullname):
+        entry = _IMAGE_MODULES.get(fullname)
+        if entry is None or entry[4]:
+            return None
+        import importlib.util
+
+        return importlib.util.decode_source(self._bytes(fullname))
+
+    def is_package(self, fullname):
+        return _IMAGE_MODULES[fullname][3]
+
+    def get_filename(self, fullname):
+        return IMAGE_PATH + "/" + _IMAGE_MODULES[fullname][0]
+
+    def invalidate_caches(self):
+        pass
 
 
 def _image_entry(stdlib, name, info, tag):
@@ -587,6 +679,9 @@ def _import_from_image(stdlib, image=None):
         if type(search) is list:
             search[:] = [m for m in (moved(p) for p in search) if m]
     sys.path_importer_cache.clear()
+    if image == IMAGE_PATH and _IMAGE_MODULES:  # the fd itself, before any path-based finder
+        sys.meta_path.insert(next((i for i, f in enumerate(sys.meta_path) if getattr(f, "__name__", "") == "PathFinder"),
+                                  len(sys.meta_path)), _ImageFinder())
 
 
 def copy_stdlib(source, target, libc, size_mb=512):
@@ -767,6 +862,40 @@ def _drop_root(ids, workdir, stdlib, private, groups_fixed=False):
             posix._exit(71)
     _drop_capabilities(user_namespace=False)  # where the uid changed: already none, setuid cleared them
     return "uid" if changed else "nocaps"
+
+
+#: The devices a jail holds, where this process may make them (``CAP_MKNOD`` of the host).
+_JAIL_DEVICES = (("null", 1, 3), ("zero", 1, 5), ("urandom", 1, 9))
+
+
+def _jail(workdir):
+    """Without namespaces, as uid 0 (which may ``chroot``): this process's root becomes the run's
+    directory ``workdir`` (made by the caller), holding ``tmp/work`` (the working directory, as
+    with a private root) and ``dev`` with :data:`_JAIL_DEVICES` where they can be made; nothing of
+    the host's tree is then in sight, so no lookup or ``stat`` of a host path (whose dentry and
+    inode caches one run could fill for a later one to time, and ``/proc/<pid>`` among them)
+    reaches it. The standard library comes from the launcher's image by its fd
+    (:class:`_ImageFinder`). The capabilities that could leave the root (``CAP_SYS_CHROOT``
+    with a directory fd outside: this process holds none) go with the rest before the program
+    runs. Returns the working directory's path inside; raises OSError (no jail then)."""
+    import posix
+
+    _, libc, _ = _c()
+    posix.mkdir(workdir + "/tmp", 0o755)
+    posix.mkdir(workdir + "/tmp/work", 0o700)
+    posix.mkdir(workdir + "/dev", 0o755)
+    for name, major, minor in _JAIL_DEVICES:
+        path = workdir + "/dev/" + name
+        try:
+            posix.mknod(path, 0o20000 | 0o666, posix.makedev(major, minor))  # S_IFCHR
+            posix.chmod(path, 0o666)
+        except OSError:
+            pass  # a user namespace's root may make none: the program then has no /dev/null
+    posix.chmod(workdir, 0o711)  # its uid, once dropped, walks through the root to /tmp/work
+    if libc.chroot(workdir.encode()) != 0:
+        raise OSError("chroot refused")
+    posix.chdir("/")
+    return "/tmp/work"
 
 
 def _capabilities_gone():
@@ -1288,17 +1417,11 @@ def confine(job):
             namespaced = True
         except OSError:
             layers = []
-    if namespaced and not IN_LAUNCHER and "chroot" not in refuse:
-        try:
-            workdir = _new_root(job, real_root)
-            layers.append("chroot")
-        except OSError:
-            pass
-    posix.chdir(workdir)
     # uid 0 whether or not the namespaces were made (a container's root that may not make them,
     # or uid 0 of a rootless container's user namespace, keeps uid 0 and its capabilities
     # otherwise): dropped below, after Landlock's rules are made from paths only root may walk.
-    # Real root gets the run's fresh uid; uid 0 of a user namespace another uid mapped there.
+    # Real root gets the run's fresh uid; uid 0 of a user namespace another uid mapped there
+    # (read from /proc, so before any root of its own).
     root = real_root or (not namespaced and posix.geteuid() == 0)
     ids, groups_fixed = None, False
     if root:
@@ -1306,6 +1429,20 @@ def confine(job):
             ids = (job["uid"], job["uid"])
         else:
             ids, groups_fixed = _mapped_ids(job["uid"]), _setgroups_denied()
+    if namespaced and not IN_LAUNCHER and "chroot" not in refuse:
+        try:
+            workdir = _new_root(job, real_root)
+            layers.append("chroot")
+        except OSError:
+            pass
+    elif root and not namespaced and "chroot" not in refuse and IMAGE_PATH is not None and _IMAGE_MODULES \
+            and _image_open():
+        try:
+            workdir = _jail(workdir)
+            layers.append("jail")
+        except OSError:
+            pass
+    posix.chdir(workdir)
     limit(job, init="pidns" in layers)
     if not root and namespaced:
         _drop_capabilities(user_namespace="userns" in layers)
