@@ -26,6 +26,11 @@ layers this system allows and returns their names (``Result.isolation``):
   copy of the launcher's image on a read-only tmpfs of its own (:func:`_image_into`); only a
   candidate started without the launcher (a new interpreter) gets a read-only bind of the
   host's (``site-packages`` hidden).
+* ``jail`` (no namespaces, uid 0: real root, or uid 0 of a user namespace that may make none): a
+  ``chroot`` into the run's directory, holding ``/tmp/work`` and the three devices where they
+  can be made (:func:`_jail`); the standard library read from the launcher's image by its fd
+  (:class:`_ImageFinder`), so no host path exists for the program. Not a private root: the
+  network, IPC and process tree stay the host's.
 * ``uid`` (real root, with or without the namespaces; uid 0 of a user namespace that may make
   none, where another uid is mapped in it): a drop to a fresh per-run uid and gid (or a mapped
   one), no groups, no capability in any set (:func:`_drop_root`).
