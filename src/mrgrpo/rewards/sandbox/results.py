@@ -115,9 +115,10 @@ class Result:
         isolation: the layers in force in the candidate, e.g.
             ``netns,mountns,ipcns,pidns,chroot,uid,landlock,seccomp,guards`` (root),
             ``userns,netns,mountns,ipcns,pidns,chroot,landlock,seccomp,guards`` (no root),
-            ``uid,landlock,seccomp,guards`` (root, namespaces refused), ``landlock,seccomp,guards``
-            (namespaces refused), ``nocaps,landlock,seccomp,guards`` (uid 0 of a user namespace
-            mapping only 0, namespaces refused: uid 0 kept, no capability); see docs/sandbox.md.
+            ``jail,uid,landlock,seccomp,guards`` (root, namespaces refused: a chroot into the run's
+            directory), ``landlock,seccomp,guards`` (namespaces refused),
+            ``jail,nocaps,landlock,seccomp,guards`` (uid 0 of a user namespace mapping only 0,
+            namespaces refused: uid 0 kept, no capability); see docs/sandbox.md.
     """
 
     verdict: Verdict
