@@ -81,6 +81,85 @@ def f(x):
 """
 
 
+# Disk a run holds at once, three ways (files written and closed, files held open, files held open
+# after their name is gone), each 16 MiB by posix_fallocate, up to 256 MiB; then what any program
+# does with files (small ones made and removed a hundred times, a TemporaryFile) must still work.
+DISK = """
+import os, tempfile
+CAP = 256 << 20
+most = 0
+def hold(name, keep_open, unlink):
+    global most
+    held, fds, n = 0, [], 0
+    try:
+        while held < CAP:
+            fd = os.open("%s%d" % (name, n), os.O_WRONLY | os.O_CREAT, 0o600)
+            n += 1
+            os.posix_fallocate(fd, 0, 16 << 20)
+            held += 16 << 20
+            if unlink:
+                os.remove("%s%d" % (name, n - 1))
+            if keep_open:
+                fds.append(fd)
+            else:
+                os.close(fd)
+    except OSError as error:
+        print(name, "REFUSED", type(error).__name__, flush=True)
+    most = max(most, held)
+    for fd in fds:
+        os.close(fd)
+    for i in range(n):
+        try:
+            os.remove("%s%d" % (name, i))
+        except OSError:
+            pass
+for name, keep_open, unlink in (("closed", False, False), ("open", True, False), ("gone", True, True)):
+    hold(name, keep_open, unlink)
+print("HELD", most, flush=True)
+for i in range(100):
+    with open("small", "w") as handle:
+        handle.write("x" * 1000)
+    os.remove("small")
+with tempfile.TemporaryFile(dir=".") as handle:
+    handle.write(b"y" * 1000)
+print("FILES STILL WORK", flush=True)
+def f(x):
+    return -1
+"""
+
+
+def test_unsandboxed_control_holds_the_disk(tmp_path):
+    """The control: outside the sandbox the same program holds its 256 MiB every way."""
+    proc = subprocess.run([sys.executable, "-c", DISK], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "HELD %d" % (256 << 20) in proc.stdout and "FILES STILL WORK" in proc.stdout, proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", ["as-is", "nobody", "no-namespaces", "no-namespaces-no-landlock",
+                                  "userns-root-no-namespaces"])
+def test_a_run_holds_no_more_disk_than_its_files_may(mode):
+    """A run's files hold at most ``Limits.tmpfs_mb`` (64 MiB) in every mode: with a private root
+    its tmpfs is that size; without one (the caller's disk) the guards open no file for writing
+    past it (before 2026-12-05 one run filled this machine's disk, 40 GiB, in under a second of
+    CPU). What programs ordinarily do with files still works."""
+    from test_sandbox_modes import run_mode
+
+    top = Path(tempfile.mkdtemp(prefix="mrgrpo-disk-"))
+    try:
+        top.chmod(0o755)
+        jobs = top / "jobs.json"
+        jobs.write_text(json.dumps([{"program": DISK, "tests": TESTS1, "entry_point": "f", "wall_s": 30.0,
+                                     "cpu_s": 10}]))
+        jobs.chmod(0o644)
+        (result,) = run_mode(mode, str(jobs))["results"]
+        held = [int(line.split()[1]) for line in result["stdout"].splitlines() if line.startswith("HELD ")]
+        assert held and held[0] <= 64 << 20, result
+        assert "FILES STILL WORK" in result["stdout"], result
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_unsandboxed_control_memfd_and_shm_work():
     """The control: outside the sandbox the same program gets a memfd past its limit and leaves
     a shared-memory object (so the check in every mode can fail)."""

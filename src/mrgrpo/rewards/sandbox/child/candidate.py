@@ -51,13 +51,21 @@ _AT_DEPTH = 64
 _GUARDS_ONLY_MODULES = frozenset(("readline", "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm", "_posixshmem"))
 
 
-def _install_guard(workdir, stdlib, guards_only):
+def _install_guard(workdir, stdlib, guards_only, disk=None):
     """Audit hook: no processes, signals, sockets, tracing, gc walking, rlimit changes; writes,
     deletions and renames only inside the working directory. With ``guards_only`` (no OS-level
     isolation: the program runs as the caller's uid), also no ``ctypes`` and no reading outside
     the standard library, the working directory and ``/dev/null``/``/dev/urandom`` (so neither
     ``/proc/<pid>/mem`` nor the datasets on disk). Defence in depth: the verdict does not depend
-    on it (the candidate never holds the judge's state)."""
+    on it (the candidate never holds the judge's state).
+
+    ``disk``: ``(bytes, file size limit, open files limit)`` where the working directory is on
+    the caller's disk (no private root, so no tmpfs of the run's own caps it): a file is opened
+    for writing (or truncated by path) only while the run's files on disk, plus the file size
+    limit for each regular file it holds open for writing and for the new one, stay within
+    ``bytes``; each of those can then grow to the file size limit (``RLIMIT_FSIZE``) and no
+    further, so the run's files never hold more than ``bytes``. A directory it cannot list
+    counts as full."""
     import posix
     import sys
 
@@ -152,6 +160,61 @@ def _install_guard(workdir, stdlib, guards_only):
     def deny(event):
         raise PermissionError("sandbox: %s is not allowed" % event)
 
+    def room(path):
+        return True
+
+    if guards_only and disk is not None and root:
+        import fcntl
+
+        limit, file_size, open_files = disk
+        if file_size > limit:  # no one file beyond the whole
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            file_size = limit
+        fstat, scandir, get_flags, F_GETFL = posix.fstat, posix.scandir, fcntl.fcntl, fcntl.F_GETFL
+        for_writing = posix.O_WRONLY | posix.O_RDWR
+        disk_id = stat(root).st_dev
+
+        def held_for_writing():
+            """(dev, inode) of each regular file of the working directory's filesystem that this
+            process holds open for writing (none can be at an fd past its ``RLIMIT_NOFILE``)."""
+            held = set()
+            for fd in range(open_files):
+                try:
+                    st = fstat(fd)
+                    if st.st_dev == disk_id and st.st_mode & 0o170000 == 0o100000 and get_flags(fd, F_GETFL) & for_writing:
+                        held.add((st.st_dev, st.st_ino))
+                except OSError:
+                    pass
+            return held
+
+        def on_disk(skip):
+            """Bytes of the working directory's regular files but ``skip``'s (hard links once);
+            None where a directory cannot be listed."""
+            total, todo, seen = 0, [root], set(skip)
+            while todo:
+                try:
+                    with scandir(todo.pop()) as entries:
+                        for entry in entries:
+                            if entry.is_dir(follow_symlinks=False):
+                                todo.append(entry.path)
+                            elif entry.is_file(follow_symlinks=False):
+                                st = entry.stat(follow_symlinks=False)
+                                if (st.st_dev, st.st_ino) not in seen:
+                                    seen.add((st.st_dev, st.st_ino))
+                                    total += st.st_blocks * 512
+                except OSError:
+                    return None
+            return total
+
+        def room(path):
+            if type_(path) in (str, bytes) and normalize(path) in allowed_devices:
+                return True
+            held = held_for_writing()
+            used = on_disk(held)
+            return used is not None and used + (len(held) + 1) * file_size <= limit
+
     def guard(event, args):
         if event in _BLOCKED or (guards_only and event in _GUARDS_ONLY_BLOCKED):
             deny(event)
@@ -164,6 +227,8 @@ def _install_guard(workdir, stdlib, guards_only):
             )
             if writing and not inside(path):
                 deny("writing outside the working directory")
+            if writing and not room(path):
+                deny("writing more than the run's files may hold (Limits.tmpfs_mb)")
             if guards_only and not readable(path):
                 deny("reading outside the standard library and the working directory")
             # The event names no dir_fd: a relative path that climbs above where it starts could
@@ -183,6 +248,8 @@ def _install_guard(workdir, stdlib, guards_only):
             for arg in args:
                 if type_(arg) in (str, bytes) and not inside(arg):
                     deny(event + " outside the working directory")
+            if event == "os.truncate" and args and type_(args[0]) in (str, bytes) and not room(args[0]):
+                deny("growing a file past what the run's files may hold (Limits.tmpfs_mb)")
 
     sys.addaudithook(guard)
 
@@ -231,7 +298,8 @@ def _candidate_main(read, prepared=None):
         return
     # Without a private root the guards also refuse ctypes and reading outside (Landlock, where
     # present, enforces the files part in the kernel).
-    _install_guard(workdir, job["stdlib"], guards_only=not private)
+    _install_guard(workdir, job["stdlib"], guards_only=not private,
+                   disk=None if private else (job["tmpfs_kb"] << 10, job["fsize"], job["nofile"]))
     source, stdout, stderr = job["program"], sys.stdout, sys.stderr
     builtins_module = sys.modules["builtins"]
     builtins_dict = builtins_module.__dict__
