@@ -29,7 +29,9 @@ class Limits:
         memory_mb: the candidate's address space (``RLIMIT_AS``); ``MemoryError`` -> ``memory``.
         file_size_mb: largest file the program may write (``RLIMIT_FSIZE``).
         open_files: ``RLIMIT_NOFILE``.
-        tmpfs_mb: size of the private filesystem (isolated mode).
+        tmpfs_mb: size of the private filesystem (isolated mode); without a private root, what the
+            run's files on the caller's disk may hold at once (each file held open for writing
+            counted at ``file_size_mb``).
         tmpfs_inodes: files and directories it may hold (``nr_inodes``: each costs the kernel
             about 1 KiB that ``tmpfs_mb`` does not count).
         output_bytes: stdout and stderr are each kept up to this many bytes.
