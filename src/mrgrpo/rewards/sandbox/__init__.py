@@ -40,14 +40,16 @@ directory), and before any untrusted code runs the strongest kernel layers the s
 
 * root: network, mount and IPC namespaces, a private root (standard library read-only, three
   devices, the working directory) entered with ``chroot``, a fresh per-run uid without
-  capabilities (also where namespaces are refused);
+  capabilities (also where namespaces are refused, and then, as for uid 0 of a user namespace
+  that may make none, a ``chroot`` into the run's directory: ``jail``);
 * not root, or uid 0 of a user namespace (rootless containers): the same in a user namespace
   of its own, plus a PID namespace, every capability dropped; where namespaces are refused
   there, another uid mapped in it, else uid 0 without any capability (``nocaps``); a
   candidate that still holds a capability exits instead of running;
 * everywhere: Landlock (where the kernel has it) and a seccomp filter (no signals, ``pidfd``,
-  ``ptrace`` or ``process_vm`` calls towards other processes, no sockets but ``AF_UNIX`` pairs,
-  no namespaces, mounts, processes, threads, ``execve``, SysV IPC or POSIX mqueues);
+  ``ptrace`` or ``process_vm`` calls towards other processes, no sockets, socket pairs or pipes
+  of its own, no namespaces, mounts, processes, threads, ``execve``, SysV IPC or POSIX mqueues,
+  none of the calls that read system-wide counters other runs move);
 * with no kernel layer at all (no namespaces, Landlock or seccomp) the program does not run:
   :class:`IsolationError`, unless ``allow_unisolated`` or ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``
   accepts the Python-level guards alone. :func:`probe` checks this once, before training.
