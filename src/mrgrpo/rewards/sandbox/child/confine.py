@@ -1434,14 +1434,14 @@ def confine(job):
             ids = (job["uid"], job["uid"])
         else:
             ids, groups_fixed = _mapped_ids(job["uid"]), _setgroups_denied()
+    holds_image = IMAGE_PATH is not None and _image_open()  # a fork of the launcher holding the image
     if namespaced and not IN_LAUNCHER and "chroot" not in refuse:
         try:
             workdir = _new_root(job, real_root)
             layers.append("chroot")
         except OSError:
             pass
-    elif root and not namespaced and "chroot" not in refuse and IMAGE_PATH is not None and _IMAGE_MODULES \
-            and _image_open():
+    elif root and not namespaced and "chroot" not in refuse and holds_image and _IMAGE_MODULES:
         try:
             workdir = _jail(workdir)
             layers.append("jail")
@@ -1455,7 +1455,7 @@ def confine(job):
     # fd kept by the launcher's fork: boot._zygote_child), never the host's files; the guards and
     # Landlock then allow reading none of those.
     readable = [job["stdlib"]]
-    if IMAGE_PATH is not None and _image_open():
+    if holds_image:
         if "chroot" in layers:  # a root of its own, with a copy of the image in it (_populate)
             posix.close(IMAGE_FD)
             if _ROOT_IMAGE_IN:
