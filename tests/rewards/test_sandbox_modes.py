@@ -484,11 +484,12 @@ def mode_interpreter(mode: str) -> tuple[str, dict]:
     return sys.executable, {}
 
 
-def run_mode(mode: str, jobs: str, tmpdir: str | None = None, refuse: tuple[str, ...] = ()) -> dict:
+def run_mode(mode: str, jobs: str, tmpdir: str | None = None, refuse: tuple[str, ...] = (),
+             env: dict | None = None) -> dict:
     """``sandbox_modes_script.py`` on ``jobs`` in ``mode`` (as its user), its last JSON line;
     skips where the system cannot make the mode. ``tmpdir``: the script's ``TMPDIR``;
-    ``refuse``: more layers the sandbox does not try."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    ``refuse``: more layers the sandbox does not try; ``env``: more environment variables."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **(env or {})}
     if tmpdir is not None:
         env["TMPDIR"] = tmpdir
     if refuse:

@@ -50,6 +50,9 @@ directory), and before any untrusted code runs the strongest kernel layers the s
   ``ptrace`` or ``process_vm`` calls towards other processes, no sockets, socket pairs or pipes
   of its own, no namespaces, mounts, processes, threads, ``execve``, SysV IPC or POSIX mqueues,
   none of the calls that read system-wide counters other runs move);
+* given a delegated cgroup (``Limits.cgroup`` or ``MRGRPO_SANDBOX_CGROUP``): a memory cgroup of
+  the run's own, which bounds its memory and the kernel's for it in one figure (``memcg``,
+  :mod:`.memcg`);
 * with no kernel layer at all (no namespaces, Landlock or seccomp) the program does not run:
   :class:`IsolationError`, unless ``allow_unisolated`` or ``MRGRPO_SANDBOX_ALLOW_UNISOLATED=1``
   accepts the Python-level guards alone. :func:`probe` checks this once, before training.
@@ -84,7 +87,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from mrgrpo.errors import ConfigError, IsolationError
-from mrgrpo.rewards.sandbox import processes
+from mrgrpo.rewards.sandbox import memcg, processes
 from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, global_names
 from mrgrpo.rewards.sandbox.cleanup import remove_workdir
 from mrgrpo.rewards.sandbox.null import null_job
@@ -223,6 +226,8 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
          record: bool = False, reap: bool = True) -> Result:
     minimum = _minimum(require_isolation, allow_unisolated)
     limits = job.limits
+    if limits.cgroup:
+        memcg.delegated(limits.cgroup)  # checked once per path: a ConfigError before anything runs
     uid = _take_uid()
     shared = not {"namespaces", "chroot", "seccomp"} & _refused_layers
     stdlib = processes._interpreter()[1]

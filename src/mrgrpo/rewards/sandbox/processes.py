@@ -11,6 +11,7 @@ another run's tests out of it, although the caller's own process stays dumpable.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import random
 import select
@@ -22,6 +23,8 @@ import threading
 import time
 from functools import lru_cache
 
+from mrgrpo.errors import IsolationError
+from mrgrpo.rewards.sandbox import memcg
 from mrgrpo.rewards.sandbox.child import bootstrap_code
 from mrgrpo.rewards.sandbox.launcher import STUB_PREFIX, Zygote, ZygoteDied
 from mrgrpo.rewards.sandbox.results import Limits, Result, parse_report
@@ -251,9 +254,11 @@ def _kill_all_live() -> None:
 def settle(timeout: float = 5.0) -> None:
     """Wait (up to ``timeout``) until every candidate killed without waiting for its exit has been
     reaped: :func:`execute` with ``reap=False`` leaves them to the launcher."""
+    started = time.monotonic()
     z = _zygote_instance
     if z is not None and z.alive:
         z.settle(timeout)
+    memcg.remove_leftovers(max(0.0, timeout - (time.monotonic() - started)))
 
 
 def _private_root(reports: list[str]) -> bool:
@@ -270,9 +275,21 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, r
     judge_fds = (j_in[0], report[1], j2c[1], c2j[0])
     candidate_fds = (c_in[0], c_out[1], c_err[1], j2c[0], c2j[1])
     ours = (j_in[1], report[0], c_in[1], c_out[0], c_err[0])
+    # A cgroup of its own (given one to make it in): the candidate is moved into it before it
+    # has its job, so its stdin waits until then; memcg.delegated checked the directory.
+    group = None
+    if limits.cgroup:
+        try:
+            group = memcg.RunCgroup(memcg.delegated(limits.cgroup),
+                                    memcg.limit_bytes(limits.memory_mb, limits.tmpfs_mb, limits.tmpfs_inodes))
+        except OSError as error:
+            for fd in ours + judge_fds + candidate_fds:
+                os.close(fd)
+            raise IsolationError(f"the sandbox could not make a candidate's cgroup in {limits.cgroup!r} "
+                                 f"({error.strerror}); check that it is still delegated to this user") from None
     # Fill both stdin pipes before the processes exist (a pipe holds 64 KiB), so that each
     # starts working at once; _collect writes whatever did not fit.
-    stdins = tuple(_prefill(fd, data) for fd, data in ((j_in[1], stdins[0]), (c_in[1], stdins[1])))
+    stdins = (_prefill(j_in[1], stdins[0]), stdins[1] if group is not None else _prefill(c_in[1], stdins[1]))
     started = time.monotonic()
     pids: tuple[int, int] | None = None
     try:
@@ -286,12 +303,22 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, r
     except BaseException:
         for fd in ours:
             os.close(fd)
+        if group is not None:
+            group.remove()
         raise
     cpu = _placement.pin(pids)
     stdins = (stdins[0] + b"%010d" % pids[1], stdins[1])  # the judge's CPU clock reads the candidate's pid
     owned = set(ours)  # _collect closes the stdins early and removes them: never close twice
     got = None
     try:
+        if group is not None:
+            try:
+                group.enter(pids[1])
+            except ProcessLookupError:
+                pass  # gone already: it ran nothing (it had no job), the judge reports it gone
+            except OSError as error:
+                raise IsolationError(f"the sandbox could not move a candidate into its cgroup {group.path!r} "
+                                     f"({error.strerror}); check that it is still delegated to this user") from None
         got = _collect(pids, ours, owned, stdins, limits, started)
     finally:
         for fd in owned:
@@ -307,8 +334,17 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, r
         with _live_lock:
             _live.difference_update(pids)
         _placement.release(cpu)
+        oom = False
+        if group is not None:
+            oom = group.oom_kills() > 0
+            group.remove(wait_s=0.05 if returncode is not None else 0.0)
     reports, stdout, stderr, killed_for, _ = got
-    return parse_report(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
+    if oom and killed_for is None:
+        killed_for = "memory"
+    result = parse_report(reports, n_cases, returncode, killed_for, time.monotonic() - started, stdout, stderr)
+    if group is not None:
+        result = dataclasses.replace(result, isolation=",".join(filter(None, (result.isolation, memcg.LAYER))))
+    return result
 
 
 #: Set this environment variable to ``0`` to leave the placement of the sandbox's processes to

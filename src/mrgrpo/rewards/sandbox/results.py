@@ -3,6 +3,7 @@ reading of a judge's report into a :class:`Result` (runs in the caller)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,15 @@ class Limits:
         decode_cpu_s, decode_items: the judge's budget for decoding one reply (CPU seconds;
             values, each container counting 16): past it that case fails (``NotPlainData``,
             e.g. a set of colliding hashes) in bounded time and the run goes on.
+        cgroup: a cgroup directory delegated to the sandbox (cgroup v2 with ``memory`` in its
+            ``cgroup.subtree_control``, or a writable directory of cgroup v1's memory
+            hierarchy); default: the environment variable ``MRGRPO_SANDBOX_CGROUP``, else
+            none. Each candidate then runs in a cgroup of its own made there, its memory and the
+            kernel's for it bounded together (``memory.max``: ``memory_mb + tmpfs_mb`` + 32 MiB
+            + 1 KiB per inode of ``tmpfs_inodes``, no swap; killed at it -> ``memory``,
+            ``MemoryLimitExceeded``), and ``Result.isolation`` names the layer ``memcg``. A
+            directory that cannot serve is a ``ConfigError`` at the first run (see
+            :mod:`~mrgrpo.rewards.sandbox.memcg`).
     """
 
     wall_s: float = 10.0
@@ -56,6 +66,7 @@ class Limits:
     reply_bytes: int = 16 * 1024 * 1024
     decode_cpu_s: float = 1.0
     decode_items: int = 1 << 21
+    cgroup: str | None = field(default_factory=lambda: os.environ.get("MRGRPO_SANDBOX_CGROUP") or None)
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,8 @@ class Result:
             ``jail,uid,landlock,seccomp,guards`` (root, namespaces refused: a chroot into the run's
             directory), ``landlock,seccomp,guards`` (namespaces refused),
             ``jail,nocaps,landlock,seccomp,guards`` (uid 0 of a user namespace mapping only 0,
-            namespaces refused: uid 0 kept, no capability); see docs/sandbox.md.
+            namespaces refused: uid 0 kept, no capability); ``,memcg`` follows where the run had a
+            memory cgroup of its own (``Limits.cgroup``); see docs/sandbox.md.
     """
 
     verdict: Verdict
@@ -204,6 +216,8 @@ def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr)
     terminal = read[3] if read else None
     load_time = read[4] if read else None
     cases_passed = sum(1 for o in outcomes if o is None)
+    # "memory": the candidate's cgroup killed it at its limit (read only where it ended early)
+    oom = killed_for == "memory"
     common = dict(
         cases_passed=cases_passed, cases_total=n_cases, loaded=loaded, wall_time=wall,
         stdout=stdout, stderr=stderr, returncode=returncode, isolation=isolation, load_time=load_time,
@@ -222,7 +236,7 @@ def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr)
         return Result(Verdict.INVALID, error_type=value, **common)
     if kind == "error":
         if value == "CandidateGone" or (first_failure == "CandidateGone"):
-            return _candidate_ended(returncode, stderr, common)
+            return _candidate_ended(returncode, stderr, common, oom)
         verdict = Verdict.MEMORY if value == "MemoryError" else Verdict.ERROR
         return Result(verdict, error_type=value, **common)
     if len(outcomes) != n_cases:
@@ -232,7 +246,7 @@ def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr)
     if first_failure is None:
         return Result(Verdict.PASSED, test_time=test_time, record=read[5], **common)
     if first_failure == "CandidateGone":
-        return _candidate_ended(returncode, stderr, common)
+        return _candidate_ended(returncode, stderr, common, oom)
     if first_failure in _FAILED_KINDS:
         return Result(Verdict.FAILED, error_type=first_failure, test_time=test_time, **common)
     if first_failure == "MemoryError":
@@ -240,8 +254,11 @@ def parse_report(reports, n_cases, returncode, killed_for, wall, stdout, stderr)
     return Result(Verdict.ERROR, error_type=first_failure, test_time=test_time, **common)
 
 
-def _candidate_ended(returncode, stderr, common) -> Result:
-    """The candidate's process ended without answering: its exit status says how."""
+def _candidate_ended(returncode, stderr, common, oom=False) -> Result:
+    """The candidate's process ended without answering: its exit status says how (``oom``: the
+    kernel killed it at its cgroup's memory limit)."""
+    if oom:
+        return Result(Verdict.MEMORY, error_type="MemoryLimitExceeded", **common)
     memory_hint = "MemoryError" in stderr or "Cannot allocate memory" in stderr
     if returncode is not None and returncode < 0:
         sig = -returncode
