@@ -180,8 +180,8 @@ def test_a_batch_leaves_no_cgroup_behind(delegated):
 
 
 @pytest.mark.parametrize("problem", ["relative", "not a directory", "not a cgroup", "no memory controller"])
-def test_a_cgroup_that_cannot_serve_is_refused_before_anything_runs(problem, tmp_path):
-    marker = tmp_path / "ran"
+def test_a_cgroup_that_cannot_serve_is_refused_before_anything_runs(problem, tmp_path, monkeypatch):
+    started = []
     if problem == "relative":
         path = "some/cgroup"
     elif problem == "not a directory":
@@ -196,12 +196,15 @@ def test_a_cgroup_that_cannot_serve_is_refused_before_anything_runs(problem, tmp
             if "memory" in handle.read().split():
                 pytest.skip("this cgroup v2 directory passes the memory controller down")
         path = own
-    program = f"open({str(marker)!r}, 'w').close()\n" + PLUS_ONE
+    import mrgrpo.rewards.sandbox.processes as processes
+
+    real_execute = processes.execute
+    monkeypatch.setattr(processes, "execute", lambda *args, **kwargs: started.append(1) or real_execute(*args, **kwargs))
     with pytest.raises(ConfigError) as raised:
-        run(Job(program, TESTS, "humaneval", "f", Limits(cgroup=path)), allow_unisolated=True)
+        run(Job(PLUS_ONE, TESTS, "humaneval", "f", Limits(cgroup=path)))
     message = str(raised.value)
     assert "\n" not in message and repr(path) in message
-    assert not marker.exists()
+    assert started == []  # refused before any process of the run was asked for
     if problem == "no memory controller":
         assert "memory controller" in message
 
@@ -228,3 +231,20 @@ def test_in_every_privilege_mode(mode, delegated):
     assert [r["verdict"] for r in results] == ["passed"] * 3, results
     assert all(r["isolation"].endswith(",memcg") for r in results), results
     assert children(delegated) == []
+
+
+def test_a_cgroup_gone_after_its_check_stops_the_run(delegated):
+    """The directory removed after its first run: the next run raises a one-line
+    ``IsolationError`` (no run goes on without the cgroup it was given); no descriptor is left
+    open."""
+    from mrgrpo.errors import IsolationError
+
+    path = os.path.join(delegated, "gone")
+    os.mkdir(path)
+    assert run(Job(PLUS_ONE, TESTS, "humaneval", "f", Limits(cgroup=path))).passed
+    os.rmdir(path)
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(IsolationError) as raised:
+        run(Job(PLUS_ONE, TESTS, "humaneval", "f", Limits(cgroup=path)))
+    assert "\n" not in str(raised.value) and "cgroup" in str(raised.value)
+    assert len(os.listdir("/proc/self/fd")) == fds

@@ -282,9 +282,11 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, r
         try:
             group = memcg.RunCgroup(memcg.delegated(limits.cgroup),
                                     memcg.limit_bytes(limits.memory_mb, limits.tmpfs_mb, limits.tmpfs_inodes))
-        except OSError as error:
+        except BaseException as error:
             for fd in ours + judge_fds + candidate_fds:
                 os.close(fd)
+            if not isinstance(error, OSError):
+                raise
             raise IsolationError(f"the sandbox could not make a candidate's cgroup in {limits.cgroup!r} "
                                  f"({error.strerror}); check that it is still delegated to this user") from None
     # Fill both stdin pipes before the processes exist (a pipe holds 64 KiB), so that each
