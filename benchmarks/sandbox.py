@@ -17,7 +17,8 @@ With ``--layers`` it also costs each isolation layer: the same 328 programs with
 refused at a time (namespaces, Landlock, seccomp), throughput against the full set (a run that
 refuses namespaces or seccomp cannot go to the candidate launcher, so it also makes its own
 network, IPC and mount namespaces and root, and without root its user and PID namespaces: see
-docs/sandbox.md).
+docs/sandbox.md); with ``--cgroup PATH`` (a cgroup delegated to this process) also the full set
+with a memory cgroup of its own per run (the layer ``memcg``).
 
 With ``--efficiency`` it measures the efficiency reward's noise instead (see docs/sandbox.md):
 for every HumanEval problem, the reference (the canonical solution) is timed as the code suite
@@ -28,7 +29,7 @@ at least ``min_reference_s`` beyond the null program, an exact copy is scored ``
 scores it) and so is the canonical solution against a reference doing the work twice (the
 function called twice: an algorithm exactly twice as fast as its reference).
 
-    python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers]
+    python benchmarks/sandbox.py [--workers N] [--repeat R] [--timeout S] [--no-launcher] [--layers [--cgroup PATH]]
     python benchmarks/sandbox.py --efficiency [--trials K] [--fast-trials K] [--min-reference-ms M] [--limit N]
         [--tasks HumanEval/32,...] [--json PATH]
 """
@@ -83,14 +84,14 @@ def _launcher_cpu() -> float:
     return total
 
 
-def jobs_of(pairs, timeout: float) -> list[Job]:
-    limits = Limits(wall_s=timeout, cpu_s=max(1, int(timeout)))
+def jobs_of(pairs, timeout: float, **limits_given) -> list[Job]:
+    limits = Limits(wall_s=timeout, cpu_s=max(1, int(timeout)), **limits_given)
     return [Job(p["prompt"] + c, p["test"], "humaneval", p["entry_point"], limits, context=p["prompt"]) for p, c in pairs]
 
 
-def ours(pairs, workers: int, timeout: float, launcher: bool):
+def ours(pairs, workers: int, timeout: float, launcher: bool, **limits_given):
     """(verdicts, wall seconds, CPU seconds, results)."""
-    jobs = jobs_of(pairs, timeout)
+    jobs = jobs_of(pairs, timeout, **limits_given)
     cpu0, launcher0 = _own_cpu(), _launcher_cpu()
     start = time.perf_counter()
     results = run_many(jobs, workers=workers, progress=False, launcher=launcher)
@@ -256,16 +257,19 @@ def efficiency_noise(trials: int, limit: int | None, fast_trials: int | None, th
           f"{executor.timed_runs} timing runs in all; load average at the end {os.getloadavg()[0]:.1f}")
 
 
-def layer_costs(pairs, workers: int, timeout: float, launcher: bool) -> None:
-    """Throughput with each layer refused in turn, against the full set (same process, in turn)."""
-    variants = [("all layers", frozenset()), ("no namespaces", frozenset({"namespaces"})),
-                ("no Landlock", frozenset({"landlock"})), ("no seccomp", frozenset({"seccomp"})),
-                ("no namespaces/Landlock/seccomp", frozenset({"namespaces", "landlock", "seccomp"}))]
+def layer_costs(pairs, workers: int, timeout: float, launcher: bool, cgroup: str | None = None) -> None:
+    """Throughput with each layer refused in turn, against the full set (same process, in turn);
+    with ``cgroup`` (a delegated cgroup) also the full set plus a memory cgroup per run."""
+    variants = [("all layers", frozenset(), None), ("no namespaces", frozenset({"namespaces"}), None),
+                ("no Landlock", frozenset({"landlock"}), None), ("no seccomp", frozenset({"seccomp"}), None),
+                ("no namespaces/Landlock/seccomp", frozenset({"namespaces", "landlock", "seccomp"}), None)]
+    if cgroup:
+        variants.insert(1, ("all layers + memcg", frozenset(), cgroup))
     os.environ[sandbox.ALLOW_UNISOLATED_ENV] = "1"
     try:
-        for name, refused in variants:
+        for name, refused, group in variants:
             sandbox._refused_layers = refused
-            got, wall, cpu, results = ours(pairs, workers, timeout, launcher)
+            got, wall, cpu, results = ours(pairs, workers, timeout, launcher, cgroup=group)
             print(f"  {name:32s} {len(pairs) / wall:6.1f} programs/s, {cpu / len(pairs) * 1e3:5.1f} ms CPU each, "
                   f"passed {sum(got)}, layers {results[0].isolation}, load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
@@ -280,6 +284,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3.0)
     parser.add_argument("--no-launcher", action="store_true", help="new interpreters per program")
     parser.add_argument("--layers", action="store_true", help="also cost each isolation layer")
+    parser.add_argument("--cgroup", default=None, metavar="PATH",
+                        help="--layers: also cost a memory cgroup per run, made in this delegated cgroup")
     parser.add_argument("--efficiency", action="store_true", help="measure the efficiency reward's noise instead")
     parser.add_argument("--trials", type=int, default=20, help="efficiency trials per problem")
     parser.add_argument("--fast-trials", type=int, default=None, help="2x-faster trials per problem (default trials/4, >= 3)")
@@ -326,7 +332,7 @@ def main() -> None:
     print(f"isolation layers: {results[0].isolation}")
     if args.layers:
         print("cost of each layer (one run of the 328 programs each):")
-        layer_costs(pairs, args.workers, args.timeout, launcher)
+        layer_costs(pairs, args.workers, args.timeout, launcher, args.cgroup)
 
 
 if __name__ == "__main__":
