@@ -248,3 +248,17 @@ def test_a_cgroup_gone_after_its_check_stops_the_run(delegated):
         run(Job(PLUS_ONE, TESTS, "humaneval", "f", Limits(cgroup=path)))
     assert "\n" not in str(raised.value) and "cgroup" in str(raised.value)
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_candidate_killed_at_its_cgroup_limit_is_judged_memory():
+    """The report of a candidate that ended early, killed by SIGKILL: ``memory`` where its cgroup
+    counted an OOM kill, else what SIGKILL means without one (the CPU limit's hard end)."""
+    from mrgrpo.rewards.sandbox.results import parse_report
+
+    lines = ["iso netns,chroot,seccomp", "error CandidateGone"]
+    oom = parse_report(lines, 1, -9, "memory", 0.1, "", "")
+    assert (oom.verdict, oom.error_type) == (Verdict.MEMORY, "MemoryLimitExceeded")
+    plain = parse_report(lines, 1, -9, None, 0.1, "", "")
+    assert (plain.verdict, plain.error_type) == (Verdict.TIMEOUT, "CPUTimeExceeded")
+    finished = parse_report(["iso netns", "case 0 ok", "done 1 1000 -1"], 1, 0, "memory", 0.1, "", "")
+    assert finished.verdict is Verdict.PASSED  # an OOM kill after the last answer changes nothing
