@@ -262,3 +262,20 @@ def test_a_candidate_killed_at_its_cgroup_limit_is_judged_memory():
     assert (plain.verdict, plain.error_type) == (Verdict.TIMEOUT, "CPUTimeExceeded")
     finished = parse_report(["iso netns", "case 0 ok", "done 1 1000 -1"], 1, 0, "memory", 0.1, "", "")
     assert finished.verdict is Verdict.PASSED  # an OOM kill after the last answer changes nothing
+
+
+def test_cgroups_of_a_caller_no_longer_alive_are_removed_by_the_next(delegated, monkeypatch):
+    """A caller killed by SIGKILL removes none of its run cgroups; the next caller to check the
+    directory removes those of callers no longer alive, and leaves those of live ones."""
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = os.path.join(delegated, f"mrgrpo-{dead.pid}-7")
+    live = os.path.join(delegated, f"mrgrpo-{os.getppid()}-3")
+    other = os.path.join(delegated, "someone-elses")
+    for path in (stale, live, other):
+        os.mkdir(path)
+    monkeypatch.setattr(memcg, "_checked", {})
+    assert run(Job(PLUS_ONE, TESTS, "humaneval", "f", Limits(cgroup=delegated))).passed
+    assert children(delegated) == sorted(os.path.basename(p) for p in (live, other))

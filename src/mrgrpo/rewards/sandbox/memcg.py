@@ -17,7 +17,8 @@ candidate has read its job (so no line of the program runs outside it), and afte
 reads its OOM-kill count (``memory.events`` / ``memory.oom_control``: a candidate the
 kernel killed at the limit gets the verdict ``memory``) and removes it. A cgroup whose
 candidate has not exited yet (a batch leaves killed candidates to the launcher to reap) is
-removed later: at the next run, at :func:`settle` and at exit.
+removed later: at the next run, at :func:`settle` and at exit; those of a caller that was
+killed (SIGKILL) are removed by the next caller that checks the directory.
 
 The delegated directory is checked once per path, at the first run (:func:`delegated`): a
 cgroup, the memory controller available to its children, and a probe child into which a
@@ -118,6 +119,7 @@ def delegated(path: str) -> Delegated:
     else:
         raise ConfigError(f"{where} is not a cgroup v2 directory nor one of cgroup v1's memory hierarchy: "
                           "give a delegated cgroup directory")
+    _remove_stale(path)
     try:
         _probe(found)
     except OSError as error:
@@ -127,6 +129,33 @@ def delegated(path: str) -> Delegated:
     with _lock:
         _checked[path] = found
     return found
+
+
+def _remove_stale(path: str) -> None:
+    """Remove the run cgroups (``mrgrpo-<pid>-<n>``) that a caller no longer alive left in
+    ``path`` (one killed by SIGKILL removes none of its own); those of live processes stay."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "mrgrpo" or not (parts[1].isdigit() and parts[2].isdigit()):
+            continue
+        pid = int(parts[1])
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive: its own
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue  # alive, another user's
+        try:
+            os.rmdir(os.path.join(path, name))
+        except OSError:
+            pass  # still holds a process (its candidate, ending): left for a later caller
 
 
 def _probe(where: Delegated) -> None:
