@@ -279,3 +279,9 @@ def test_cgroups_of_a_caller_no_longer_alive_are_removed_by_the_next(delegated, 
     monkeypatch.setattr(memcg, "_checked", {})
     assert run(Job(PLUS_ONE, TESTS, "humaneval", "f", Limits(cgroup=delegated))).passed
     assert children(delegated) == sorted(os.path.basename(p) for p in (live, other))
+
+
+def test_runs_without_the_launcher_get_one_too(delegated):
+    result = run(Job(PLUS_ONE, TESTS, "humaneval", "f", Limits(cgroup=delegated)), launcher=False)
+    assert result.passed and result.isolation.endswith(",memcg"), result
+    assert children(delegated) == []
