@@ -575,23 +575,25 @@ def f(x):
 """
 
 
-def host_paths() -> list[str]:
-    return ["/etc/passwd", "/etc", "/usr/bin", "/var", "/proc/1", "/proc/self", tempfile.gettempdir() + "/.",
+def host_paths(own: Path) -> list[str]:
+    """Paths of the host's; ``own``: a directory of the test's (not ``/tmp`` itself, which a
+    private root has too: its own tmpfs)."""
+    return ["/etc/passwd", "/etc", "/usr/bin", "/var", "/proc/1", "/proc/self", str(own) + "/.",
             os.path.realpath(sys.executable), str(Path(__file__).resolve())]
 
 
-def test_unsandboxed_control_finds_the_host_paths():
-    proc = subprocess.run([sys.executable, "-c", HOST_PATHS.replace("{PATHS!r}", repr(host_paths()))],
+def test_unsandboxed_control_finds_the_host_paths(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", HOST_PATHS.replace("{PATHS!r}", repr(host_paths(tmp_path)))],
                           capture_output=True, text=True, timeout=60)
-    assert proc.stdout.startswith("FOUND ") and json.loads(proc.stdout[6:].replace("'", '"')) == host_paths(), proc
+    assert proc.stdout.startswith("FOUND ") and json.loads(proc.stdout[6:].replace("'", '"')) == host_paths(tmp_path), proc
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_no_host_path_is_in_sight_with_a_root_of_its_own(mode):
+def test_no_host_path_is_in_sight_with_a_root_of_its_own(mode, tmp_path):
     """A private root, or where there are no namespaces and the candidate is uid 0, a jail (a
     chroot into the run's directory): no host path exists for the program, so none of its lookups
     reaches the host's directories (the dentry and inode caches stay out of its reach)."""
-    (result,) = run_in_mode(mode, [{"program": HOST_PATHS.replace("{PATHS!r}", repr(host_paths())), "tests": TESTS1,
+    (result,) = run_in_mode(mode, [{"program": HOST_PATHS.replace("{PATHS!r}", repr(host_paths(tmp_path))), "tests": TESTS1,
                                     "entry_point": "f"}])
     layers = result["isolation"].split(",")
     if "chroot" not in layers and "jail" not in layers:
