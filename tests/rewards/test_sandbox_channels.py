@@ -787,3 +787,80 @@ def test_no_page_of_the_files_candidates_map_can_be_evicted():
     finally:
         os.close(fd)
     assert not any(_resident_pages(control, 0, os.path.getsize(control)))
+
+
+def _mappings(pid: int) -> list[dict]:
+    """Each mapping of ``pid`` (/proc/<pid>/smaps): its address range, permissions, device,
+    inode, file offset, path, ``Size`` in kB and ``locked`` (``VmFlags`` has ``lo``: mlock; the
+    ``Locked`` figure is shared out among the processes mapping a page)."""
+    mappings = []
+    with open(f"/proc/{pid}/smaps") as handle:
+        for line in handle:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
+                mappings.append({"range": fields[0], "perms": fields[1], "offset": fields[2], "dev": fields[3],
+                                 "inode": fields[4], "path": fields[5] if len(fields) > 5 else ""})
+            elif fields[0] == "Size:" and mappings:
+                mappings[-1]["Size"] = int(fields[1])
+            elif fields[0] == "VmFlags:" and mappings:
+                mappings[-1]["locked"] = "lo" in fields[1:]
+    return mappings
+
+
+def _candidates(pids: list[int]) -> list[int]:
+    """Those of ``pids`` confined as candidates (their own seccomp filter on top of the launcher's)."""
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                if int(next(line for line in handle if line.startswith("Seccomp_filters:")).split()[1]) >= 2:
+                    found.append(pid)
+        except (OSError, StopIteration):
+            pass
+    return found
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if "no-namespaces" not in m])
+def test_every_disk_page_a_candidate_maps_is_held_in_memory(mode):
+    """Whatever a candidate may lock (an unprivileged launcher usually 8 MB, less than the 15 MB of
+    files it maps): every readable mapping of a file on a disk that a candidate holds is a range
+    the launcher has locked; what it could not lock it replaced by anonymous copies (which are in
+    no page cache). So no run can warm a cold page of those files for a later one to time."""
+    if os.geteuid() != 0:
+        pytest.skip("reading the launcher's and the candidates' memory maps needs root")
+    from test_sandbox_modes import HERE as MODES_HERE, SRC, mode_interpreter
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    exe, kwargs = mode_interpreter(mode)
+    proc = subprocess.Popen([exe, str(MODES_HERE / "sandbox_modes_script.py"), mode if mode != "nobody" else "as-is",
+                             "--lifecycle=exception", str(SRC)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd="/", **kwargs)
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            err = proc.communicate(timeout=60)[1]
+            if mode.startswith("userns") and "unshare(CLONE_NEWUSER)" in err:
+                pytest.skip("this system refuses unprivileged user namespaces")
+            pytest.fail("the script printed nothing: " + err[-3000:])
+        pids = json.loads(line)["pids"]
+        candidates = _candidates(pids)
+        held = {}
+        for pid in pids:
+            for m in _mappings(pid):
+                if m.get("locked"):
+                    held[(m["dev"], m["inode"], m["offset"], m["Size"])] = True
+        loose = []
+        for pid in candidates:
+            for m in _mappings(pid):
+                on_disk = m["path"].startswith("/") and m["dev"].split(":")[0] != "00"  # not tmpfs, memfd
+                if on_disk and "r" in m["perms"] and (m["dev"], m["inode"], m["offset"], m["Size"]) not in held:
+                    loose.append((pid, m["range"], m["perms"], m["path"]))
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert len(candidates) >= 2, pids  # the two runs in flight (and the spare)
+    assert not loose, loose[:20]

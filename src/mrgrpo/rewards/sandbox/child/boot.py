@@ -56,6 +56,7 @@ _PRELOAD = (  # common in tests and programs; binascii/zlib/_ctypes need shared 
     "typing", "collections", "re", "math", "itertools", "functools", "heapq", "string", "bisect", "copy",
     "random", "hashlib", "fractions", "statistics", "operator", "resource", "_ctypes", "binascii", "zlib",
     "fcntl", "select", "ctypes", "struct",
+    "socket",  # the launcher's own (send_fds/recv_fds), with _socket and array: loaded before their pages are locked
 )
 
 

@@ -133,32 +133,68 @@ def warm():
 def lock_mapped_files():
     """In the launcher, once its modules are loaded (again after it loads more): every page of
     every file it maps (the interpreter, ``libpython``, the C library, the extension modules and
-    the libraries they need) locked in memory, so always in the page cache. Every candidate is a
-    fork of it and touches pages of those files (with a private root, ctypes can read any mapped
-    page): a page that no process had read would be read from the disk when one run touched it
-    and be cached for the next, which could tell by timing a touch (a major fault costs tens of
-    microseconds or more, a cached page one or two), and eviction (memory pressure, proactive
-    reclaim such as DAMON's ``pageout``) makes cold pages again. Locked, every page is resident
-    for the launcher's life: a touch costs the same in every run. Needs ``CAP_IPC_LOCK`` (real
-    root) or an ``RLIMIT_MEMLOCK`` above the files' mapped size (15 MB here, more once the extension
-    modules are loaded; 8 MB is the usual limit for other users): ranges refused stay as they were. Returns ``(bytes locked, bytes refused)``."""
+    the libraries they need) kept in memory, so a touch costs the same in every run. Every
+    candidate is a fork of it and touches pages of those files (with a private root, ctypes can
+    read any mapped page): a page that no process had read would be read from the disk when one
+    run touched it and be cached for the next, which could tell by timing a touch (a major fault
+    costs tens of microseconds or more, a cached page one or two), and eviction (memory pressure,
+    proactive reclaim such as DAMON's ``pageout``) makes cold pages again.
+
+    Each mapping is locked (``mlock``: resident for the launcher's life). That needs
+    ``CAP_IPC_LOCK`` (real root) or an ``RLIMIT_MEMLOCK`` above the files' mapped size (15 MB
+    here; other users usually have 8 MB), so the mappings that cannot be copied (writable ones,
+    whose pages the process changes, and shared ones) are locked first; a read-only one (code,
+    constants: most of it) that cannot be locked is replaced by anonymous memory holding the
+    same bytes (:func:`_copy_into_anonymous`): no longer the file's, its pages are in no page
+    cache for a run to warm (only swap could take them out, where there is swap). Returns
+    ``(bytes locked, bytes copied, bytes neither)``."""
     ctypes, libc, _ = _c()
     try:
         with open("/proc/self/maps") as handle:
             lines = handle.read().splitlines()
     except OSError:
-        return 0, 0
-    locked = refused = 0
+        return 0, 0, 0
+    mappings = []
     for line in lines:
         fields = line.split(None, 5)
         if len(fields) < 6 or not fields[5].startswith("/") or "r" not in fields[1]:
             continue  # anonymous memory, or a guard gap with no pages
         start, end = (int(value, 16) for value in fields[0].split("-"))
+        # a private read-only mapping of a regular file may be copied; not a memfd's or a device's
+        copyable = (fields[1][1] == "-" and fields[1][3] == "p"
+                    and not fields[5].startswith(("/memfd:", "/dev/", "/proc/", "/sys/"))
+                    and not fields[5].endswith(" (deleted)"))
+        mappings.append((copyable, start, end, fields[1]))
+    locked = copied = neither = 0
+    for copyable, start, end, mode in sorted(mappings):  # those that cannot be copied first
         if libc.mlock(ctypes.c_void_p(start), ctypes.c_size_t(end - start)) == 0:
             locked += end - start
+        elif copyable and _copy_into_anonymous(ctypes, libc, start, end - start, (1 if "r" in mode else 0) | (4 if "x" in mode else 0)):
+            copied += end - start
         else:
-            refused += end - start
-    return locked, refused
+            neither += end - start
+    return locked, copied, neither
+
+
+def _copy_into_anonymous(ctypes, libc, start, size, prot):
+    """Replace the read-only mapping at ``start`` (``size`` bytes) by anonymous memory holding the
+    same bytes, with protection ``prot``: the copy is made beside it and moved over it by one
+    ``mremap``, so code running from the range (this very call's, in the C library) goes on in
+    identical bytes. False where any step is refused (then nothing changed: a system refusing
+    executable anonymous memory, for one)."""
+    c_void_p, c_size_t, c_int = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+    mmap, mremap, mprotect, munmap = libc["mmap"], libc["mremap"], libc["mprotect"], libc["munmap"]
+    mmap.restype, mmap.argtypes = c_void_p, (c_void_p, c_size_t, c_int, c_int, c_int, ctypes.c_long)
+    mremap.restype, mremap.argtypes = c_void_p, (c_void_p, c_size_t, c_size_t, c_int, c_void_p)
+    mprotect.argtypes, munmap.argtypes = (c_void_p, c_size_t, c_int), (c_void_p, c_size_t)
+    copy = mmap(None, size, 3, 0x22, -1, 0)  # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
+    if copy is None or copy == ctypes.c_void_p(-1).value:
+        return False
+    ctypes.memmove(copy, start, size)
+    if mprotect(copy, size, prot) != 0 or mremap(copy, size, size, 3, start) != start:  # MREMAP_MAYMOVE | MREMAP_FIXED
+        munmap(copy, size)
+        return False
+    return True
 
 
 def _real_root():
