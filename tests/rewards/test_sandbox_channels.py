@@ -820,7 +820,7 @@ def _candidates(pids: list[int]) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES if "no-namespaces" not in m])
+@pytest.mark.parametrize("mode", MODES)
 def test_every_disk_page_a_candidate_maps_is_held_in_memory(mode):
     """Whatever a candidate may lock (an unprivileged launcher usually 8 MB, less than the 15 MB of
     files it maps): every readable mapping of a file on a disk that a candidate holds is a range

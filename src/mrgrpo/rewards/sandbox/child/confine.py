@@ -140,14 +140,15 @@ def lock_mapped_files():
     costs tens of microseconds or more, a cached page one or two), and eviction (memory pressure,
     proactive reclaim such as DAMON's ``pageout``) makes cold pages again.
 
-    Each mapping is locked (``mlock``: resident for the launcher's life). That needs
-    ``CAP_IPC_LOCK`` (real root) or an ``RLIMIT_MEMLOCK`` above the files' mapped size (15 MB
-    here; other users usually have 8 MB), so the mappings that cannot be copied (writable ones,
-    whose pages the process changes, and shared ones) are locked first; a read-only one (code,
-    constants: most of it) that cannot be locked is replaced by anonymous memory holding the
-    same bytes (:func:`_copy_into_anonymous`): no longer the file's, its pages are in no page
-    cache for a run to warm (only swap could take them out, where there is swap). Returns
-    ``(bytes locked, bytes copied, bytes neither)``."""
+    Where this process may lock without limit (real root with ``CAP_IPC_LOCK``, or an unlimited
+    ``RLIMIT_MEMLOCK``), each mapping is locked (``mlock``: resident for the launcher's life).
+    Elsewhere the limit is usually 8 MB, below the files' mapped size (15 MB here, more once the
+    extension modules are loaded), so each read-only mapping (code, constants: most of it) is
+    replaced by anonymous memory holding the same bytes (:func:`_copy_into_anonymous`): no
+    longer the file's, its pages are in no page cache for a run to warm (only swap could take
+    them out, where there is swap); only the mappings that cannot be copied (writable ones,
+    whose pages the process changes, shared ones, and any whose copy was refused) spend the
+    limit. Returns ``(bytes locked, bytes copied, bytes neither)``."""
     ctypes, libc, _ = _c()
     try:
         with open("/proc/self/maps") as handle:
@@ -165,15 +166,35 @@ def lock_mapped_files():
                     and not fields[5].startswith(("/memfd:", "/dev/", "/proc/", "/sys/"))
                     and not fields[5].endswith(" (deleted)"))
         mappings.append((copyable, start, end, fields[1]))
+    unlimited = _lock_unlimited()
     locked = copied = neither = 0
-    for copyable, start, end, mode in sorted(mappings):  # those that cannot be copied first
-        if libc.mlock(ctypes.c_void_p(start), ctypes.c_size_t(end - start)) == 0:
-            locked += end - start
-        elif copyable and _copy_into_anonymous(ctypes, libc, start, end - start, (1 if "r" in mode else 0) | (4 if "x" in mode else 0)):
+    for copyable, start, end, mode in mappings:
+        prot = (1 if "r" in mode else 0) | (4 if "x" in mode else 0)
+        if copyable and not unlimited and _copy_into_anonymous(ctypes, libc, start, end - start, prot):
             copied += end - start
+        elif libc.mlock(ctypes.c_void_p(start), ctypes.c_size_t(end - start)) == 0:
+            locked += end - start
         else:
             neither += end - start
     return locked, copied, neither
+
+
+def _lock_unlimited():
+    """Whether ``mlock`` is unbounded here: an unlimited ``RLIMIT_MEMLOCK``, or ``CAP_IPC_LOCK``
+    held by root of the initial user namespace (a user namespace's own root holds it only for
+    that namespace, which ``mlock`` does not count)."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] == resource.RLIM_INFINITY:
+        return True
+    if not _real_root():
+        return False
+    try:
+        with open("/proc/self/status") as handle:
+            effective = int(next(line for line in handle if line.startswith("CapEff:")).split()[1], 16)
+    except (OSError, StopIteration, ValueError):
+        return False
+    return bool(effective >> 14 & 1)  # CAP_IPC_LOCK
 
 
 def _copy_into_anonymous(ctypes, libc, start, size, prot):
