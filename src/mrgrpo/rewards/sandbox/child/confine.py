@@ -161,10 +161,16 @@ def lock_mapped_files():
         if len(fields) < 6 or not fields[5].startswith("/") or "r" not in fields[1]:
             continue  # anonymous memory, or a guard gap with no pages
         start, end = (int(value, 16) for value in fields[0].split("-"))
-        # a private read-only mapping of a regular file may be copied; not a memfd's or a device's
+        # a private read-only mapping of a regular file may be copied (not a memfd's or a
+        # device's), if no page of it lies past the file's end (reading one would be SIGBUS)
+        path = fields[5]
         copyable = (fields[1][1] == "-" and fields[1][3] == "p"
-                    and not fields[5].startswith(("/memfd:", "/dev/", "/proc/", "/sys/"))
-                    and not fields[5].endswith(" (deleted)"))
+                    and not path.startswith(("/memfd:", "/dev/", "/proc/", "/sys/")) and not path.endswith(" (deleted)"))
+        if copyable:
+            try:
+                copyable = int(fields[2], 16) + (end - start) <= -(-_stat_size(path) // 4096) * 4096
+            except (OSError, ValueError):
+                copyable = False
         mappings.append((copyable, start, end, fields[1]))
     unlimited = _lock_unlimited()
     locked = copied = neither = 0
@@ -177,6 +183,12 @@ def lock_mapped_files():
         else:
             neither += end - start
     return locked, copied, neither
+
+
+def _stat_size(path):
+    import posix
+
+    return posix.stat(path).st_size
 
 
 def _lock_unlimited():
