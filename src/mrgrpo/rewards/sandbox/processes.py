@@ -331,15 +331,17 @@ def _run_pair(pair, stdins: tuple[bytes, bytes], n_cases: int, limits: Limits, r
         status_wanted = status_wanted or bool(got and got[4] and any(line.endswith("CandidateGone") for line in got[0]))
         # The judge is done and the candidate had a private root: its exit status says nothing the
         # report does not, so it is killed and not waited for.
-        returncode = pair.end(pids, judge_done=got is not None and got[4], status_wanted=status_wanted,
-                              reap=reap or not (got and got[4] and _private_root(got[0])))
-        with _live_lock:
-            _live.difference_update(pids)
-        _placement.release(cpu)
-        oom = False
-        if group is not None:
-            oom = group.oom_kills() > 0
-            group.remove(wait_s=0.05 if returncode is not None else 0.0)
+        returncode, oom = None, False
+        try:
+            returncode = pair.end(pids, judge_done=got is not None and got[4], status_wanted=status_wanted,
+                                  reap=reap or not (got and got[4] and _private_root(got[0])))
+        finally:
+            with _live_lock:
+                _live.difference_update(pids)
+            _placement.release(cpu)
+            if group is not None:  # removed (or left for memcg.remove_leftovers) on every path
+                oom = group.oom_kills() > 0
+                group.remove(wait_s=0.05 if returncode is not None else 0.0)
     reports, stdout, stderr, killed_for, _ = got
     if oom and killed_for is None:
         killed_for = "memory"

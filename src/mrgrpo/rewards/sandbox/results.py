@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from mrgrpo.rewards.sandbox.memcg import CGROUP_ENV
+
 
 class Verdict(str, Enum):
     PASSED = "passed"
@@ -66,7 +68,7 @@ class Limits:
     reply_bytes: int = 16 * 1024 * 1024
     decode_cpu_s: float = 1.0
     decode_items: int = 1 << 21
-    cgroup: str | None = field(default_factory=lambda: os.environ.get("MRGRPO_SANDBOX_CGROUP") or None)
+    cgroup: str | None = field(default_factory=lambda: os.environ.get(CGROUP_ENV) or None)
 
 
 @dataclass(frozen=True)
