@@ -149,6 +149,8 @@ def lock_mapped_files():
     where there is swap); only the mappings that cannot be copied (writable ones,
     whose pages the process changes, shared ones, and any whose copy was refused) spend the
     limit. Returns ``(bytes locked, bytes copied, bytes neither)``."""
+    import posix
+
     ctypes, libc, _ = _c()
     try:
         with open("/proc/self/maps") as handle:
@@ -168,7 +170,7 @@ def lock_mapped_files():
                     and not path.startswith(("/memfd:", "/dev/", "/proc/", "/sys/")) and not path.endswith(" (deleted)"))
         if copyable:
             try:
-                copyable = int(fields[2], 16) + (end - start) <= -(-_stat_size(path) // 4096) * 4096
+                copyable = int(fields[2], 16) + (end - start) <= -(-posix.stat(path).st_size // 4096) * 4096
             except (OSError, ValueError):
                 copyable = False
         mappings.append((copyable, start, end, fields[1]))
@@ -185,12 +187,6 @@ def lock_mapped_files():
     return locked, copied, neither
 
 
-def _stat_size(path):
-    import posix
-
-    return posix.stat(path).st_size
-
-
 def _lock_unlimited():
     """Whether ``mlock`` is unbounded here: an unlimited ``RLIMIT_MEMLOCK``, or ``CAP_IPC_LOCK``
     held by root of the initial user namespace (a user namespace's own root holds it only for
@@ -201,12 +197,9 @@ def _lock_unlimited():
         return True
     if not _real_root():
         return False
-    try:
-        with open("/proc/self/status") as handle:
-            effective = int(next(line for line in handle if line.startswith("CapEff:")).split()[1], 16)
-    except (OSError, StopIteration, ValueError):
-        return False
-    return bool(effective >> 14 & 1)  # CAP_IPC_LOCK
+    _, libc, _ = _c()
+    header, data = _capability_arrays(0)
+    return libc.capget(header, data) == 0 and bool(data[0] >> 14 & 1)  # the effective set's CAP_IPC_LOCK
 
 
 def _copy_into_memory(ctypes, libc, start, size, prot):
@@ -217,21 +210,13 @@ def _copy_into_memory(ctypes, libc, start, size, prot):
     copy would: 10% more per run as uid 65534, measured); sealed against writing, no process can
     make it writable (``mprotect`` refuses), so none changes what the others run. False where
     any step is refused (then nothing changed: a system refusing executable memfds, for one)."""
-    import fcntl
     import posix
 
     try:
-        try:  # MFD_EXEC (Linux >= 6.3): executable on purpose, where memfds are not by default
-            fd = posix.memfd_create("mrgrpo-mapped", posix.MFD_CLOEXEC | posix.MFD_ALLOW_SEALING | 0x10)
-        except OSError:
-            fd = posix.memfd_create("mrgrpo-mapped", posix.MFD_CLOEXEC | posix.MFD_ALLOW_SEALING)
+        fd = _sealed_memfd("mrgrpo-mapped", ctypes.string_at(start, size), executable=True)
     except (AttributeError, OSError):
         return False
     try:
-        view, done = memoryview(ctypes.string_at(start, size)), 0
-        while done < size:
-            done += posix.write(fd, view[done:])
-        fcntl.fcntl(fd, 1033, 1 | 2 | 4 | 8)  # F_ADD_SEALS: SEAL | SHRINK | GROW | WRITE
         mmap = libc["mmap"]
         mmap.restype = ctypes.c_void_p
         mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
@@ -240,6 +225,32 @@ def _copy_into_memory(ctypes, libc, start, size, prot):
         return False
     finally:
         posix.close(fd)
+
+
+def _sealed_memfd(name, data, executable=False):
+    """A new memfd (close-on-exec) holding ``data``, sealed against any change (``F_SEAL_SEAL``,
+    ``SHRINK``, ``GROW``, ``WRITE``): no process, candidate or not, changes it or maps it
+    writable. ``executable``: asked for as such (``MFD_EXEC``, Linux >= 6.3), where the kernel
+    knows the flag. Raises OSError."""
+    import fcntl
+    import posix
+
+    flags = posix.MFD_CLOEXEC | posix.MFD_ALLOW_SEALING
+    try:
+        fd = posix.memfd_create(name, flags | (0x10 if executable else 0))
+    except OSError:
+        if not executable:
+            raise
+        fd = posix.memfd_create(name, flags)  # a kernel without MFD_EXEC: executable by default
+    try:
+        view, done = memoryview(data), 0
+        while done < len(data):
+            done += posix.write(fd, view[done:])
+        fcntl.fcntl(fd, 1033, 1 | 2 | 4 | 8)  # F_ADD_SEALS: SEAL | SHRINK | GROW | WRITE
+    except BaseException:
+        posix.close(fd)
+        raise
+    return fd
 
 
 def _real_root():
@@ -536,7 +547,6 @@ def stdlib_image(stdlib):
     global IMAGE_PATH, _IMAGE_SOURCE
     if IMAGE_PATH is not None:
         return IMAGE_PATH
-    import fcntl
     import importlib
     import io
     import posix
@@ -562,13 +572,8 @@ def stdlib_image(stdlib):
                         archive.writestr(*_image_entry(stdlib, name, entry.stat(), tag))
         data = buffer.getvalue()
         del buffer
-        fd = posix.memfd_create("mrgrpo-stdlib", posix.MFD_CLOEXEC | posix.MFD_ALLOW_SEALING)
+        fd = _sealed_memfd("mrgrpo-stdlib", data)
         try:
-            view, done = memoryview(data), 0
-            while done < len(data):
-                done += posix.write(fd, view[done:])
-            # F_ADD_SEALS: SEAL | SHRINK | GROW | WRITE: no process, candidate or not, changes it
-            fcntl.fcntl(fd, 1033, 1 | 2 | 4 | 8)
             posix.dup2(fd, IMAGE_FD)
         finally:
             posix.close(fd)
