@@ -14,6 +14,7 @@ import torch
 from mrgrpo.tasks import task_rows
 from mrgrpo.train import MultiRewardGRPOTrainer
 from mrgrpo.train.config import TaskConfig
+from mrgrpo.train.job import end_process_group
 from mrgrpo.train.presets import load_model
 
 # (the training tests' folder as a package of its own: its modules import each other relatively)
@@ -70,6 +71,8 @@ def main() -> None:
     rank = trainer.accelerator.process_index
     with open(os.path.join(out, f"rank{rank}.json"), "w") as handle:
         json.dump({"world": trainer.accelerator.num_processes, "record": trainer.record}, handle)
+    # as a user's script should: a gloo group left alive can abort the interpreter at exit (SIGABRT)
+    end_process_group()
 
 
 if __name__ == "__main__":

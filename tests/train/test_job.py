@@ -202,6 +202,27 @@ def test_the_train_command_exits_130_after_ctrl_c(tmp_path, sigint_default, monk
     assert (out / "checkpoint-2").is_dir()
 
 
+def test_the_train_command_ends_the_process_group_it_ran_in(tmp_path):
+    # (a gloo group left alive can abort the interpreter at exit after a run that succeeded)
+    import torch.distributed as dist
+    from typer.testing import CliRunner
+
+    from mrgrpo.cli import app
+    from mrgrpo.train.job import end_process_group
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        out = tmp_path / "run"
+        result = CliRunner().invoke(
+            app, ["train", "-c", str(REPO / "configs" / "tiny.yaml"), "--set", "max_steps=1", "--out", str(out)]
+        )
+        assert result.exit_code == 0, result.output
+        assert not dist.is_initialized()
+    finally:
+        end_process_group()
+    end_process_group()  # none left: nothing to do
+
+
 def test_resuming_a_finished_run_is_a_no_op(tmp_path):
     config = validate_config(tiny_config(max_steps=2, save_steps=2))
     run = run_train(config, out=tmp_path / "run", quiet=True).run_dir

@@ -64,7 +64,7 @@ def train_command(
     require("trl", "mrgrpo train")
     require("plots", "mrgrpo train (TensorBoard events and the run report's plots)")
     from mrgrpo.train.config import load_config, read_config_mapping
-    from mrgrpo.train.job import check_run, load_run_config, run_train
+    from mrgrpo.train.job import check_run, end_process_group, load_run_config, run_train
 
     if resume is not None:
         if config is not None or out is not None:
@@ -85,6 +85,7 @@ def train_command(
         typer.echo(cfg.to_yaml(), nl=False)
         return
     result = run_train(cfg, out=out, resume=resume, job_started=started, allow_changes=allow_change)
+    end_process_group()  # every rank has stopped training; its threads must not outlive the interpreter
     if result.interrupted:
         raise typer.Exit(143 if "SIGTERM" in result.stop_reason else 130)
 

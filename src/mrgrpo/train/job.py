@@ -415,6 +415,21 @@ def run_train(
     return RunResult(run_dir, steps, reason, seconds, final, interrupted=reason.startswith("interrupted"))
 
 
+def end_process_group() -> None:
+    """Destroy the default process group, if this process has one (``accelerate launch``, torchrun).
+
+    For the process's last owner to call once no rank communicates any more (``mrgrpo train`` does
+    after its run). A process that exits with the group alive can abort in interpreter
+    finalization (gloo's threads: SIGABRT, "terminate called without an active exception") after
+    a run that succeeded, which its launcher reports as a failed run. A library caller that made
+    the group itself keeps it: :func:`run_train` does not end it.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 class _SigintStops:
     """Within the block, the first Ctrl-C or SIGTERM asks ``stop`` for a checkpoint and a clean stop.
 
