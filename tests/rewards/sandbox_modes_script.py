@@ -207,7 +207,8 @@ def main() -> None:
     me = str(os.getpid())
     jobs = [
         Job(s["program"].replace("{CALLER}", me), s["tests"], "humaneval", s["entry_point"],
-            Limits(wall_s=s.get("wall_s", 10.0), cpu_s=s.get("cpu_s", 5), memory_mb=768), s.get("context", ""))
+            Limits(wall_s=s.get("wall_s", 10.0), cpu_s=s.get("cpu_s", 5), memory_mb=768, disk_files=s.get("disk_files", False)),
+            s.get("context", ""))
         for s in specs
     ]
     results = run_many(jobs, workers=2)

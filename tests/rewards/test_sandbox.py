@@ -3,6 +3,7 @@ the caller survives, nothing is left on disk, and no trick earns ``passed``."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import signal
@@ -449,12 +450,18 @@ def test_guards_alone_without_privileges(monkeypatch, tmp_path):
                 raise SystemExit("allowed")
             except OSError:
                 pass
-        open("inside.txt", "w").write("ok")
-        assert "inside.txt" in os.listdir(".")  # its own directory lists
+        try:  # its directory is on this disk, shared by concurrent runs: no file is made there by default
+            open("inside.txt", "w").write("ok")
+        except PermissionError:
+            pass
+        assert os.listdir(".") == ([] if MAKES_NONE else ["inside.txt"])  # its own directory lists
+        open(os.devnull, "w").write("x")  # a file that exists opens for writing
     """ + GOOD
     before = leftovers()
-    result = run(job(program))
+    result = run(job(program.replace("MAKES_NONE", "True")))
     assert result.isolation == ("uid,guards" if os.geteuid() == 0 else "guards") and result.verdict is Verdict.PASSED, result
+    allowed = dataclasses.replace(FAST, disk_files=True)  # unless the caller allows it
+    assert run(job(program.replace("MAKES_NONE", "False"), limits=allowed)).verdict is Verdict.PASSED
     assert not outside.exists() and leftovers() <= before
     assert run(job("import os\nos._exit(0)\n" + GOOD)).verdict is Verdict.ERROR
 
@@ -546,6 +553,76 @@ def test_seccomp_refuses_sysv_ipc_and_posix_mqueues():
     assert all(got >= 0 for got, _ in unfiltered.values()), unfiltered  # the calls work here
     refused = in_a_child(filtered)["value"]
     assert all(got == -1 and errno == 1 for got, errno in refused.values()), refused  # EPERM
+
+
+def _ways_of_making_files(workdir: str) -> dict:
+    """Each way a program makes a file, directory or node in ``workdir`` -> "made" or the errno
+    name; and opening a file that exists for writing (``/dev/null`` and one already there)."""
+    import errno
+
+    ways = {
+        "open": lambda: os.close(os.open(os.path.join(workdir, "new"), os.O_WRONLY | os.O_CREAT, 0o600)),
+        "tmpfile": lambda: os.close(os.open(workdir, os.O_TMPFILE | os.O_WRONLY, 0o600)),
+        "mkdir": lambda: os.mkdir(os.path.join(workdir, "dir")),
+        "mkfifo": lambda: os.mkfifo(os.path.join(workdir, "fifo")),
+        "symlink": lambda: os.symlink("x", os.path.join(workdir, "link")),
+        "existing": lambda: os.close(os.open(os.path.join(workdir, "there"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)),
+        "devnull": lambda: os.close(os.open(os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)),
+    }
+    out = {}
+    for name, way in ways.items():
+        try:
+            way()
+            out[name] = "made"
+        except OSError as error:
+            out[name] = errno.errorcode.get(error.errno, str(error.errno))
+    return out
+
+
+@pytest.mark.parametrize("makes_files", [False, True])
+def test_seccomp_without_file_making_refuses_mkdir_symlink_and_unnamed_files(tmp_path, makes_files):
+    """A run without a private root that may make no file: the filter refuses ``mkdir``,
+    ``symlink`` and ``O_TMPFILE`` (making a file by ``open`` is Landlock's to refuse: its flags
+    are those of opening one that exists, which still works); ``mknod`` (``mkfifo``) is refused
+    to every run."""
+    from mrgrpo.rewards.sandbox.child import confine
+
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("the filter knows x86_64 and aarch64")
+    (tmp_path / "there").write_text("")
+
+    def filtered():
+        assert confine._seccomp(private_root=False, makes_files=makes_files)
+        return _ways_of_making_files(str(tmp_path))
+
+    got = in_a_child(filtered)["value"]
+    refused = {"mkfifo"} | (set() if makes_files else {"tmpfile", "mkdir", "symlink"})  # (mknod: always)
+    assert {k for k, v in got.items() if v != "made"} == refused, got
+    assert all(got[k] == "EPERM" for k in refused), got
+
+
+@pytest.mark.parametrize("makes_files", [False, True])
+def test_landlock_without_file_making_refuses_every_new_name(tmp_path, makes_files):
+    """Landlock's rule for the working directory without the rights to make files, directories,
+    links and nodes: each is refused by path (EACCES); opening a file that exists for writing still works."""
+    from mrgrpo.rewards.sandbox.child import confine
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "there").write_text("")
+
+    def restricted():
+        if not confine._landlock([], [str(work)], ["/dev/null"], makes_files):
+            return None
+        return _ways_of_making_files(str(work))
+
+    got = in_a_child(restricted)["value"]
+    if got is None:
+        pytest.skip("this kernel has no Landlock")
+    made = {k for k, v in got.items() if v == "made"}
+    # O_TMPFILE names no path: Landlock lets it through (seccomp refuses it, test above)
+    assert made == ({"existing", "devnull", "tmpfile"} | ({"open", "mkdir", "mkfifo", "symlink"} if makes_files else set())), got
+    assert all(got[k] == "EACCES" for k in ("open", "mkdir", "mkfifo", "symlink")) or makes_files, got
 
 
 def test_root_without_namespaces_runs_as_the_runs_own_uid_without_capabilities(tmp_path):

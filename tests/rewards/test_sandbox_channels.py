@@ -347,7 +347,7 @@ def meet():
                 signal.raise_signal(signal.SIGRTMIN)
         except OSError:
             pass
-    seen, held, flips, room = [], None, 0, []
+    seen, held, flips, room, inodes = [], None, 0, [], []
     start = time.monotonic()
     deadline = start + {RENDEZVOUS_S}
     while time.monotonic() < deadline:
@@ -363,14 +363,17 @@ def meet():
                     spill = os.open("spill", os.O_WRONLY | os.O_CREAT, 0o600)
                     os.write(spill, b"\\x01" * (8 << 20))
                     os.close(spill)
+                    for i in range(300):  # and 300 inodes of the filesystem its directory is on
+                        os.close(os.open("held%d" % i, os.O_WRONLY | os.O_CREAT, 0o600))
                 except OSError:
                     pass
             else:
                 held = None
-                try:
-                    os.remove("spill")
-                except OSError:
-                    pass
+                for name in ["spill"] + ["held%d" % i for i in range(300)]:
+                    try:
+                        os.remove(name)
+                    except OSError:
+                        pass
         attempt("flock", lambda: fcntl.flock(a, fcntl.LOCK_EX | fcntl.LOCK_NB))
         if libc is not None:  # wake whoever waits on the word (a count > 0: found), then wait on it
             attempt("futex", lambda: libc.syscall(N["futex"], ctypes.c_void_p(word), 1, 1 << 30, None, None, 0) > 0)
@@ -385,6 +388,13 @@ def meet():
                 pass
             time.sleep(0.02)
             attempt("page-cache", lambda: os.preadv(b, [bytearray(1)], 7 * 4096, os.RWF_NOWAIT) == 1)
+            try:  # the inode number a new file of its own gets: the first free one, on ext4
+                probe = os.open("probe", os.O_WRONLY | os.O_CREAT, 0o600)
+                inodes.append(os.fstat(probe).st_ino)
+                os.close(probe)
+                os.remove("probe")
+            except OSError:
+                pass
         else:  # open _pydecimal.py (an inotify event) and read page 7 (into the cache)
             os.close(open_stdlib("_pydecimal.py"))
             os.pread(b, 1, 7 * 4096)
@@ -393,6 +403,10 @@ def meet():
         tried.append("signals")
         if min(room) + 10_000 <= most:
             found.add("signals")
+    if inodes:  # the other's 300 files gone: the next number falls back (a tmpfs's only ever grow)
+        tried.append("inodes")
+        if sum(1 for old, new in zip(inodes, inodes[1:]) if new < old - 100) >= 3:
+            found.add("inodes")
     for i, (route, least) in enumerate((("memory", 96 << 20), ("disk", 4 << 20))):
         values = [sample[i] for sample in seen if sample[i] is not None]
         if values:
@@ -429,9 +443,9 @@ def test_unsandboxed_concurrent_candidates_meet():
         outs = [proc.communicate(timeout=60) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), outs
     found = _found(outs[0][0]) | _found(outs[1][0])
-    assert {"flock", "futex", "inotify", "page-cache", "memory", "disk", "signals"} <= found, outs
-    # copy 1 saw copy 0's open and read, its memory, its file and its pending signals (one user's)
-    assert _found(outs[1][0]) >= {"inotify", "page-cache", "memory", "disk", "signals"}, outs
+    assert {"flock", "futex", "inotify", "page-cache", "memory", "disk", "signals", "inodes"} <= found, outs
+    # copy 1 saw copy 0's open and read, its memory, its files and its pending signals (one user's)
+    assert _found(outs[1][0]) >= {"inotify", "page-cache", "memory", "disk", "signals", "inodes"}, outs
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -445,6 +459,51 @@ def test_concurrent_candidates_cannot_meet(mode):
         assert result["verdict"] != "passed" and result["cases_passed"] == 0, result
     spans = [[float(x) for x in result["stdout"].split("SPAN ", 1)[1].split()[:2]] for result in results]
     assert max(start for start, _ in spans) < min(end for _, end in spans), spans  # side by side
+
+
+MAKE_FILES = """
+import json, os, tempfile
+MADE = {}
+def attempt(name, call):
+    try:
+        call()
+        MADE[name] = "made"
+    except OSError as error:
+        MADE[name] = type(error).__name__
+attempt("open", lambda: open("new.txt", "w").write("x"))
+attempt("os.open", lambda: os.close(os.open("new2", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)))
+attempt("O_TMPFILE", lambda: os.close(os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)))
+attempt("mkdir", lambda: os.mkdir("dir"))
+attempt("tempfile", lambda: tempfile.TemporaryFile(dir=".").close())
+print("MADE", json.dumps({"made": MADE, "listed": sorted(os.listdir("."))}), flush=True)
+def f(x):
+    return -1
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_run_without_a_private_root_makes_no_file_unless_the_caller_allows_it(mode):
+    """With a private root a run makes files on its own tmpfs; without one (its directory on the
+    caller's disk) every way of making one is refused, unless ``Limits.disk_files``."""
+    results = run_in_mode(mode, [{"program": MAKE_FILES, "tests": TESTS1, "entry_point": "f", "disk_files": allowed}
+                                 for allowed in (False, True)])
+    for result, allowed in zip(results, (False, True)):
+        assert "MADE " in result["stdout"], result
+        printed = json.loads(result["stdout"].split("MADE ", 1)[1].splitlines()[0])
+        everything = allowed or "chroot" in result["isolation"]
+        assert set(printed["made"].values()) == ({"made"} if everything else {"PermissionError"}), result
+        assert printed["listed"] == (["dir", "new.txt", "new2"] if everything else []), result
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if "no-namespaces" in m])
+def test_files_on_the_shared_disk_are_a_channel_where_the_caller_allows_them(mode):
+    """Why a run without a private root makes no file by default: with ``Limits.disk_files`` the
+    two copies' files are on one filesystem, and the reader's new files get numbers that fall
+    back each time the writer's 300 go."""
+    results = run_in_mode(mode, [{"program": rendezvous_program(copy), "tests": TESTS1, "entry_point": "f",
+                                  "disk_files": True} for copy in (0, 1)])
+    assert "chroot" not in results[1]["isolation"], results
+    assert "inodes" in _found(results[1]["stdout"]), results
 
 
 # Bits left in the page cache for a later run, by timing only (no call the filter refuses): the

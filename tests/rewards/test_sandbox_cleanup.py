@@ -205,7 +205,9 @@ TESTS3 = "def check(candidate):\n    assert candidate(1) == 42\n"
 def test_deep_trees_and_floods_leave_nothing(mode):
     """In every privilege mode: ``run_many`` returns (the script would exit non-zero on an
     exception), nothing passes, dir_fd-relative nesting is bounded by the guards, and the
-    temporary directory the sandbox used is empty afterwards."""
+    temporary directory the sandbox used is empty afterwards. (Runs without a private root make
+    no file unless the caller allows it: allowed here, ``Limits.disk_files``, so that the trees
+    are made in every mode.)"""
     top = Path(tempfile.mkdtemp(prefix="mrgrpo-cleanup-"))  # reachable by uid 65534 too
     try:
         _deep_and_flood(mode, top)
@@ -221,7 +223,8 @@ def _deep_and_flood(mode: str, top: Path) -> None:
     tmp.mkdir()
     tmp.chmod(0o777)
     jobs = top / "jobs.json"
-    specs = [{"program": p, "tests": TESTS3, "entry_point": "f", "wall_s": 20.0, "cpu_s": 3} for p in (DEEP, FLOOD)]
+    specs = [{"program": p, "tests": TESTS3, "entry_point": "f", "wall_s": 20.0, "cpu_s": 3, "disk_files": True}
+             for p in (DEEP, FLOOD)]
     jobs.write_text(json.dumps(specs))
     jobs.chmod(0o644)
     got = run_mode(mode, str(jobs), tmpdir=str(tmp))
@@ -231,6 +234,6 @@ def _deep_and_flood(mode: str, top: Path) -> None:
     made = [line for line in deep["stdout"].splitlines() if line.startswith("MADE")]
     assert made, deep
     by_fd, by_chdir, fd_files = json.loads(made[0].split(None, 1)[1])
-    assert by_fd <= 66 and fd_files == 0, made  # the guards stop dir_fd nesting; seccomp dir_fd writes
+    assert 1 <= by_fd <= 66 and fd_files == 0, made  # the guards stop dir_fd nesting; seccomp dir_fd writes
     assert os.listdir(tmp) == [], os.listdir(tmp)  # nothing left behind
     assert got["signals"] == []

@@ -142,15 +142,17 @@ def test_a_run_holds_no_more_disk_than_its_files_may(mode):
     """A run's files hold at most ``Limits.tmpfs_mb`` (64 MiB) in every mode: with a private root
     its tmpfs is that size; without one (the caller's disk) the guards open no file for writing
     past it (before 2026-12-05 one run filled this machine's disk, 40 GiB, in under a second of
-    CPU). What programs ordinarily do with files still works."""
+    CPU). What programs ordinarily do with files still works. (Without a private root only where
+    the caller allows files on its disk: ``Limits.disk_files``.)"""
     from test_sandbox_modes import run_mode
 
     top = Path(tempfile.mkdtemp(prefix="mrgrpo-disk-"))
     try:
         top.chmod(0o755)
         jobs = top / "jobs.json"
+        # (disk_files: without a private root a run makes no file unless allowed; with one, unused)
         jobs.write_text(json.dumps([{"program": DISK, "tests": TESTS1, "entry_point": "f", "wall_s": 30.0,
-                                     "cpu_s": 10}]))
+                                     "cpu_s": 10, "disk_files": True}]))
         jobs.chmod(0o644)
         (result,) = run_mode(mode, str(jobs))["results"]
         held = [int(line.split()[1]) for line in result["stdout"].splitlines() if line.startswith("HELD ")]

@@ -180,6 +180,7 @@ def _payloads(
         "fsize": limits.file_size_mb << 20,
         "nofile": limits.open_files,
         "address_space": limits.memory_mb << 20,
+        "disk_files": bool(limits.disk_files),
     }
     return judge, candidate, judge["n_cases"]
 

@@ -421,7 +421,8 @@ def confinement_key(candidate_job: dict) -> bytes:
     """What a candidate's confinement depends on, besides its uid (the limits and the refused
     layers), as the candidate launcher reads it: it confines its next spare candidate for the
     key of the last run, and hands a spare only to a run with the same key."""
-    numbers = (candidate_job[name] for name in ("tmpfs_kb", "tmpfs_inodes", "cpu_s", "fsize", "nofile", "address_space"))
+    numbers = (candidate_job[name] for name in ("tmpfs_kb", "tmpfs_inodes", "cpu_s", "fsize", "nofile", "address_space",
+                                                "disk_files"))
     return (",".join(str(int(n)) for n in numbers) + ";" + ",".join(candidate_job["refuse"])).encode("ascii")
 
 

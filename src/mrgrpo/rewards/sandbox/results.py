@@ -54,6 +54,14 @@ class Limits:
             ``MemoryLimitExceeded``), and ``Result.isolation`` names the layer ``memcg``. A
             directory that cannot serve is a ``ConfigError`` at the first run (see
             :mod:`~mrgrpo.rewards.sandbox.memcg`).
+        disk_files: where a run has no private root (namespaces refused, as in Docker's default
+            profile; or a plain user without user namespaces) its working directory is on the
+            caller's disk, which concurrent runs share, and the inode numbers a new file gets
+            there depend on what the other runs hold. So by default such a run makes no file,
+            directory or node (``PermissionError``; opening ``/dev/null`` for writing still
+            works). True lets it make them (``tmpfs_mb`` in all, ``file_size_mb`` a file) and
+            leaves that channel between concurrent runs open. With a private root every run has
+            a tmpfs of its own and may always make files: this setting is not used there.
     """
 
     wall_s: float = 10.0
@@ -69,6 +77,7 @@ class Limits:
     decode_cpu_s: float = 1.0
     decode_items: int = 1 << 21
     cgroup: str | None = field(default_factory=lambda: os.environ.get(CGROUP_ENV) or None)
+    disk_files: bool = False
 
 
 @dataclass(frozen=True)

@@ -452,14 +452,14 @@ _SPARE_UIDS = 3_000_000_000
 
 def _spare_job(key, stdlib):
     """The job a spare candidate is confined for, from the caller's key
-    ``tmpfs_kb,tmpfs_inodes,cpu_s,fsize,nofile,address_space;refused layers`` (None if it is
+    ``tmpfs_kb,tmpfs_inodes,cpu_s,fsize,nofile,address_space,disk_files;refused layers`` (None if it is
     not one), but its uid (each spare's own: the caller of this sets it)."""
     try:
         numbers, refuse = key.decode("ascii").split(";")
         values = [int(v) for v in numbers.split(",")]
     except ValueError:
         return None
-    if len(values) != 6 or min(values) < 0:
+    if len(values) != len(confine.PREPARED) - 2 or min(values) < 0:
         return None
     job = dict(zip(confine.PREPARED[2:], values))
     job.update(refuse=tuple(r for r in refuse.split(",") if r), stdlib=stdlib, workdir="")

@@ -51,7 +51,7 @@ _AT_DEPTH = 64
 _GUARDS_ONLY_MODULES = frozenset(("readline", "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm", "_posixshmem"))
 
 
-def _install_guard(workdir, stdlib, guards_only, disk=None):
+def _install_guard(workdir, stdlib, guards_only, disk=None, makes_files=True):
     """Audit hook: no processes, signals, sockets, tracing, gc walking, rlimit changes; writes,
     deletions and renames only inside the working directory. With ``guards_only`` (no OS-level
     isolation: the program runs as the caller's uid), also no ``ctypes`` and no reading outside
@@ -65,7 +65,12 @@ def _install_guard(workdir, stdlib, guards_only, disk=None):
     limit for each regular file it holds open for writing and for the new one, stay within
     ``bytes``; each of those can then grow to the file size limit (``RLIMIT_FSIZE``) and no
     further, so the run's files never hold more than ``bytes``. A directory it cannot list
-    counts as full."""
+    counts as full.
+
+    ``makes_files`` False (a working directory on the caller's disk, which concurrent runs share,
+    unless ``Limits.disk_files``): no file, directory or node is made (an ``open`` that would
+    create one, ``O_TMPFILE``, ``mkdir``, ``mkfifo``, ``mknod``); opening one that exists for
+    writing (``/dev/null``) still works. Landlock and seccomp refuse the same in the kernel."""
     import posix
     import sys
 
@@ -160,6 +165,24 @@ def _install_guard(workdir, stdlib, guards_only, disk=None):
     def deny(event):
         raise PermissionError("sandbox: %s is not allowed" % event)
 
+    creating = posix.O_CREAT | getattr(posix, "O_TMPFILE", 0)
+    no_files = ("sandbox: making files is not allowed without a private root (the caller's disk is shared "
+                "by concurrent runs); write to memory (io.StringIO) or set Limits.disk_files")
+
+    def makes(path, flags):
+        """Whether this ``open`` would make a file (its ``O_CREAT`` names no file that exists)."""
+        if type_(flags) is not int or not flags & creating:
+            return False
+        if flags & creating != posix.O_CREAT or type_(path) not in (str, bytes):
+            return True  # O_TMPFILE; or creating from what is not a path
+        try:
+            stat(path)
+        except OSError:
+            return True
+        except (ValueError, TypeError):
+            return False  # the open itself fails on such a path
+        return False
+
     def room(path):
         return True
 
@@ -229,6 +252,9 @@ def _install_guard(workdir, stdlib, guards_only, disk=None):
                 deny("writing outside the working directory")
             if writing and not room(path):
                 deny("writing more than the run's files may hold (Limits.tmpfs_mb)")
+            if not makes_files and makes(path, flags if type_(flags) is int else (
+                    posix.O_CREAT if type_(mode) is str and any(c in mode for c in "wax") else 0)):
+                raise PermissionError(no_files)
             if guards_only and not readable(path):
                 deny("reading outside the standard library and the working directory")
             # The event names no dir_fd: a relative path that climbs above where it starts could
@@ -240,6 +266,8 @@ def _install_guard(workdir, stdlib, guards_only, disk=None):
             # among others: its pids). Landlock refuses it too, where present.
             if args and args[0] is not None and not readable(args[0]):
                 deny("listing a directory outside the standard library and the working directory")
+        elif not makes_files and event in ("os.mkdir", "os.mkfifo", "os.mknod"):
+            raise PermissionError(no_files)
         elif event in _AT_EVENTS:
             for at, fd_at in _AT_EVENTS[event]:
                 if at < len(args) and not inside_at(args[at], args[fd_at] if fd_at < len(args) else None):
@@ -299,7 +327,8 @@ def _candidate_main(read, prepared=None):
     # Without a private root the guards also refuse ctypes and reading outside (Landlock, where
     # present, enforces the files part in the kernel).
     _install_guard(workdir, job["stdlib"], guards_only=not private,
-                   disk=None if private else (job["tmpfs_kb"] << 10, job["fsize"], job["nofile"]))
+                   disk=None if private else (job["tmpfs_kb"] << 10, job["fsize"], job["nofile"]),
+                   makes_files=private or bool(job.get("disk_files")))
     source, stdout, stderr = job["program"], sys.stdout, sys.stderr
     builtins_module = sys.modules["builtins"]
     builtins_dict = builtins_module.__dict__

@@ -123,8 +123,8 @@ def warm():
     and the seccomp filter's program (:func:`seccomp_program`)."""
     import posix
 
-    for private_root in (True, False):  # the candidate launcher's candidates; those without a private root
-        seccomp_program(posix.uname().machine, 1, private_root)
+    for private_root, makes_files in ((True, True), (False, False)):  # the candidate launcher's; without a private root
+        seccomp_program(posix.uname().machine, 1, private_root, makes_files)
     _, libc, _ = _c()
     for name in ("prctl", "unshare", "mount", "umount2", "chroot", "capget", "capset", "setns", "setgroups", "mlock"):
         getattr(libc, name)
@@ -1077,11 +1077,13 @@ def _drop_capabilities(user_namespace):
 _LL_CREATE, _LL_ADD, _LL_RESTRICT = 444, 445, 446  # the same number on every architecture
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
 _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 14, 1 << 15
+_FS_MAKE = 0x1FC0  # MAKE_CHAR, MAKE_DIR, MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM
 
 
-def _landlock(readable, writable, devices):
-    """Restrict this process: read ``readable`` dirs, everything in ``writable`` dirs, read and
-    write ``devices``; no TCP; no signal or abstract socket outside. False if unsupported."""
+def _landlock(readable, writable, devices, makes_files=True):
+    """Restrict this process: read ``readable`` dirs, everything in ``writable`` dirs (but making
+    files, directories, links and nodes there where ``makes_files`` is False), read and write
+    ``devices``; no TCP; no signal or abstract socket outside. False if unsupported."""
     import posix
     import struct
 
@@ -1105,7 +1107,7 @@ def _landlock(readable, writable, devices):
     file_rights = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | (handled & (_FS_TRUNCATE | _FS_IOCTL_DEV))
     try:
         rules = [(p, _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE) for p in readable]
-        rules += [(p, handled) for p in writable]
+        rules += [(p, handled if makes_files else handled & ~_FS_MAKE) for p in writable]
         rules += [(p, file_rights & ~_FS_EXECUTE) for p in devices]
         for path, access in rules:
             try:
@@ -1131,7 +1133,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
     "x86_64": (0xC000003E, dict(
         kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, prlimit64=302,
         socket=41, socketpair=53, ioctl=16, clone=56, clone3=435, fork=57, vfork=58, execve=59, execveat=322,
-        openat=257, at_refused=(133, 259), at_absent=(437,), memory=(319,), setsockopt=54,
+        openat=257, open=2, makes=(83, 258, 88, 266, 85), at_refused=(133, 259), at_absent=(437,), memory=(319,), setsockopt=54,
         cache=(221, 187, 27, 451, 253, 294, 254, 255, 300, 301, 73), futex=202, futex2=(449, 454, 455, 456),
         rw2=(327, 328), fcntl=72, madvise=28, prctl=157, mmap=9, system=(99, 103), filesystems=(137, 138, 136), inodes=(22, 293, 53, 206, 447),
         pid0=(121, 124, 109, 143, 145, 148, 204, 315), pid1=(140, 252), clock=(228, 229, 230, 222),
@@ -1145,7 +1147,7 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
     "aarch64": (0xC00000B7, dict(
         kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, prlimit64=261,
         socket=198, socketpair=199, ioctl=29, clone=220, clone3=435, fork=None, vfork=None, execve=221, execveat=281,
-        openat=56, at_refused=(33,), at_absent=(437,), memory=(279,), setsockopt=208,
+        openat=56, open=None, makes=(34, 36), at_refused=(33,), at_absent=(437,), memory=(279,), setsockopt=208,
         cache=(223, 213, 232, 451, 26, 27, 28, 262, 263, 32), futex=98, futex2=(449, 454, 455, 456),
         rw2=(286, 287), fcntl=25, madvise=233, prctl=167, mmap=222, system=(179, 116), filesystems=(43, 44), inodes=(59, 199, 0, 447),
         pid0=(155, 156, 154, 121, 120, 127, 123, 275), pid1=(141, 31), clock=(113, 114, 115, 107),
@@ -1176,6 +1178,9 @@ _ARCHES = {  # machine -> (AUDIT_ARCH_*, syscall numbers)
 # semtimedop), message queues (msgget, msgsnd, msgrcv, msgctl) and POSIX message queues (mq_open,
 # mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr): state that would outlive a
 # candidate and be seen by the next one where there is no IPC namespace of its own.
+# makes, where a run without a private root may make no file (Limits.disk_files): mkdir, mkdirat,
+# symlink, symlinkat, creat (and open/openat with O_TMPFILE); open/openat with O_CREAT cannot be
+# told from opening a file that exists by its flags: Landlock refuses making one by path.
 # openat: only relative to the working directory (AT_FDCWD) when it may write (O_WRONLY, O_RDWR,
 # O_CREAT, O_TRUNC: the audit event of an open names no dir_fd, so the guards could not tell where
 # a write relative to a directory fd lands); at_refused: mknod, mknodat (fifos and device nodes,
@@ -1232,30 +1237,34 @@ _BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCV
 _AT_FDCWD = 0xFFFFFF9C  # -100, as the low 32 bits of the argument
 _CLOCK_OF_PID_0 = 0xFFFFFFF8  # ((~0) << 3): the CPU clocks of pid 0 (this process, this thread) and up
 _OPEN_WRITES = 0o1 | 0o2 | 0o100 | 0o1000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC (O_TMPFILE needs one of the first two)
+_O_TMPFILE = 0o20000000  # __O_TMPFILE, the same on x86_64 and aarch64
 
 
 # The parts of a candidate's job its confinement depends on (besides its uid): a spare candidate
 # of the candidate launcher is confined with the values the caller sent for the run it will serve
 # (boot._spare_job), and runs a job only if they match.
-PREPARED = ("refuse", "stdlib", "tmpfs_kb", "tmpfs_inodes", "cpu_s", "fsize", "nofile", "address_space")
+PREPARED = ("refuse", "stdlib", "tmpfs_kb", "tmpfs_inodes", "cpu_s", "fsize", "nofile", "address_space", "disk_files")
 
-_PROGRAMS = {}  # (machine, private root) -> (program for pid 0, offsets of the pid in it): built once, in the launcher
+_PROGRAMS = {}  # (machine, private root, makes files) -> (program for pid 0, offsets of the pid in it): built once, in the launcher
 
 
-def seccomp_program(machine, me, private_root=False):
+def seccomp_program(machine, me, private_root=False, makes_files=True):
     """The filter as bytes of ``struct sock_filter`` (None for an architecture it does not know).
 
     ``me``: this process's pid, the only target signals may go to. ``private_root``: the process
     sees only filesystems of its own or that no candidate writes to, so ``statfs`` may stay.
-    Built once per machine and root (with ``me`` written into its two comparisons for each call)."""
+    ``makes_files`` False: ``mkdir``, ``symlink``, ``creat`` and ``open`` with ``O_TMPFILE`` are
+    refused (a run without a private root that may make no file on the shared disk; Landlock
+    refuses the rest of making files, by path). Built once per machine, root and ``makes_files``
+    (with ``me`` written into its two comparisons for each call)."""
     import struct
 
     if machine not in _ARCHES:
         return None
-    key = (machine, bool(private_root))
+    key = (machine, bool(private_root), bool(makes_files))
     if key not in _PROGRAMS:
         marker = 0xFFFFFFFF  # no pid: pid_t is at most 2**22
-        program = bytearray(_build_program(machine, marker, key[1]))
+        program = bytearray(_build_program(machine, marker, key[1], key[2]))
         at = [i + 4 for i in range(0, len(program), 8) if struct.unpack_from("=I", program, i + 4)[0] == marker]
         for offset in at:
             struct.pack_into("=I", program, offset, 0)
@@ -1267,7 +1276,7 @@ def seccomp_program(machine, me, private_root=False):
     return bytes(program)
 
 
-def _build_program(machine, me, private_root):
+def _build_program(machine, me, private_root, makes_files=True):
     import struct
 
     audit_arch, nr = _ARCHES[machine]
@@ -1291,13 +1300,15 @@ def _build_program(machine, me, private_root):
     ld(0)
     code.append((0x35, "eperm", 0, 0x40000000))  # JGE: x32 and other ABIs
     jeq(nr["openat"], "openat")
+    if not makes_files and nr["open"] is not None:
+        jeq(nr["open"], "open")
     jeq(nr["futex"], "futex")
     jeq(nr["mmap"], "mmap")
     for number in nr["hot"]:  # the most frequent calls, none of them refused: decided first
         jeq(number, "allow")
     refused = (nr["deny"] + nr["ipc"] + nr["net"] + nr["at_refused"] + nr["memory"] + nr["cache"] + nr["system"]
                + nr["inodes"])
-    for number in refused + (() if private_root else nr["filesystems"]):
+    for number in refused + (() if private_root else nr["filesystems"]) + (() if makes_files else nr["makes"]):
         jeq(number, "eperm")
     for number in nr["at_absent"] + nr["futex2"]:
         jeq(number, "enosys")
@@ -1350,10 +1361,17 @@ def _build_program(machine, me, private_root):
         jeq(option, "eperm")
     ret(_RET_ALLOW)
     label("openat")
+    if not makes_files:
+        ld(32)  # args[2]: the flags
+        code.append((0x45, "eperm", 0, _O_TMPFILE))  # JSET: an unnamed file, made all the same
     ld(16)  # args[0]: the directory fd
     jeq(_AT_FDCWD, "allow")
     ld(32)  # args[2]: the flags
     code.append((0x45, "eperm", "allow", _OPEN_WRITES))  # JSET
+    if not makes_files and nr["open"] is not None:
+        label("open")
+        ld(24)  # args[1]: the flags
+        code.append((0x45, "eperm", "allow", _O_TMPFILE))  # JSET
     label("self")
     ld(16)  # args[0], low 32 bits (pid_t)
     jeq(me, "allow", "eperm")
@@ -1402,18 +1420,18 @@ def _build_program(machine, me, private_root):
     return bytes(out)
 
 
-_FILTERS = {}  # (pid, private root) -> (buffer, struct sock_fprog) made ahead (prepare_seccomp)
+_FILTERS = {}  # (pid, private root, makes files) -> (buffer, struct sock_fprog) made ahead (prepare_seccomp)
 
 
-def prepare_seccomp(pid, private_root=False):
+def prepare_seccomp(pid, private_root=False, makes_files=True):
     """Make the filter for a process of pid ``pid`` ahead, in the launcher: the candidate
     launcher's candidates are each process 1 of their PID namespace, in a private root, so
     theirs is made once."""
     import posix
 
-    program = seccomp_program(posix.uname().machine, pid, private_root)
+    program = seccomp_program(posix.uname().machine, pid, private_root, makes_files)
     if program is not None:
-        _FILTERS[(pid, bool(private_root))] = _filter(program)
+        _FILTERS[(pid, bool(private_root), bool(makes_files))] = _filter(program)
 
 
 def _filter(program):
@@ -1447,12 +1465,13 @@ def install_prefilter():
     return _install_filter(fprog)
 
 
-def _seccomp(private_root=False):
+def _seccomp(private_root=False, makes_files=True):
     """Install the filter on this process (inherited by anything it could start); ``private_root``:
-    this process's root is a private one (:func:`seccomp_program`). False if unsupported."""
+    this process's root is a private one, ``makes_files``: it may make files
+    (:func:`seccomp_program`). False if unsupported."""
     import posix
 
-    key = (posix.getpid(), bool(private_root))
+    key = (posix.getpid(), bool(private_root), bool(makes_files))
     if key not in _FILTERS:
         prepare_seccomp(*key)
         if key not in _FILTERS:
@@ -1550,9 +1569,13 @@ def confine(job):
         else:
             _import_from_image(job["stdlib"])
             job["stdlib"], readable = IMAGE_PATH, []
+    # Without a private root the working directory is on the caller's disk, which concurrent runs
+    # share: the inode numbers a new file gets there tell what other runs hold (ext4 gives the
+    # first free one), so a run makes none unless its job allows it (Limits.disk_files).
+    makes_files = "chroot" in layers or bool(job.get("disk_files"))
     if "landlock" not in refuse:
         try:
-            if _landlock(readable, [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"]):
+            if _landlock(readable, [workdir], ["/dev/null", "/dev/zero", "/dev/urandom"], makes_files):
                 layers.append("landlock")
         except OSError:
             pass
@@ -1568,7 +1591,7 @@ def confine(job):
             pass
         if not _capabilities_gone():
             posix._exit(71)
-    if "seccomp" not in refuse and _seccomp("chroot" in layers):
+    if "seccomp" not in refuse and _seccomp("chroot" in layers, makes_files):
         layers.append("seccomp")
     elif IN_LAUNCHER:
         # Candidates of the candidate launcher share its network and IPC namespaces (and, not
