@@ -347,7 +347,7 @@ def meet():
                 signal.raise_signal(signal.SIGRTMIN)
         except OSError:
             pass
-    seen, held, flips, room, inodes = [], None, 0, [], []
+    seen, held, flips, room = [], None, 0, []
     start = time.monotonic()
     deadline = start + {RENDEZVOUS_S}
     while time.monotonic() < deadline:
@@ -363,17 +363,14 @@ def meet():
                     spill = os.open("spill", os.O_WRONLY | os.O_CREAT, 0o600)
                     os.write(spill, b"\\x01" * (8 << 20))
                     os.close(spill)
-                    for i in range(300):  # and 300 inodes of the filesystem its directory is on
-                        os.close(os.open("held%d" % i, os.O_WRONLY | os.O_CREAT, 0o600))
                 except OSError:
                     pass
             else:
                 held = None
-                for name in ["spill"] + ["held%d" % i for i in range(300)]:
-                    try:
-                        os.remove(name)
-                    except OSError:
-                        pass
+                try:
+                    os.remove("spill")
+                except OSError:
+                    pass
         attempt("flock", lambda: fcntl.flock(a, fcntl.LOCK_EX | fcntl.LOCK_NB))
         if libc is not None:  # wake whoever waits on the word (a count > 0: found), then wait on it
             attempt("futex", lambda: libc.syscall(N["futex"], ctypes.c_void_p(word), 1, 1 << 30, None, None, 0) > 0)
@@ -388,13 +385,6 @@ def meet():
                 pass
             time.sleep(0.02)
             attempt("page-cache", lambda: os.preadv(b, [bytearray(1)], 7 * 4096, os.RWF_NOWAIT) == 1)
-            try:  # the inode number a new file of its own gets: the first free one, on ext4
-                probe = os.open("probe", os.O_WRONLY | os.O_CREAT, 0o600)
-                inodes.append(os.fstat(probe).st_ino)
-                os.close(probe)
-                os.remove("probe")
-            except OSError:
-                pass
         else:  # open _pydecimal.py (an inotify event) and read page 7 (into the cache)
             os.close(open_stdlib("_pydecimal.py"))
             os.pread(b, 1, 7 * 4096)
@@ -403,10 +393,6 @@ def meet():
         tried.append("signals")
         if min(room) + 10_000 <= most:
             found.add("signals")
-    if inodes:  # the other's 300 files gone: the next number falls back (a tmpfs's only ever grow)
-        tried.append("inodes")
-        if sum(1 for old, new in zip(inodes, inodes[1:]) if new < old - 100) >= 3:
-            found.add("inodes")
     for i, (route, least) in enumerate((("memory", 96 << 20), ("disk", 4 << 20))):
         values = [sample[i] for sample in seen if sample[i] is not None]
         if values:
@@ -443,9 +429,9 @@ def test_unsandboxed_concurrent_candidates_meet():
         outs = [proc.communicate(timeout=60) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), outs
     found = _found(outs[0][0]) | _found(outs[1][0])
-    assert {"flock", "futex", "inotify", "page-cache", "memory", "disk", "signals", "inodes"} <= found, outs
-    # copy 1 saw copy 0's open and read, its memory, its files and its pending signals (one user's)
-    assert _found(outs[1][0]) >= {"inotify", "page-cache", "memory", "disk", "signals", "inodes"}, outs
+    assert {"flock", "futex", "inotify", "page-cache", "memory", "disk", "signals"} <= found, outs
+    # copy 1 saw copy 0's open and read, its memory, its file and its pending signals (one user's)
+    assert _found(outs[1][0]) >= {"inotify", "page-cache", "memory", "disk", "signals"}, outs
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -495,15 +481,76 @@ def test_a_run_without_a_private_root_makes_no_file_unless_the_caller_allows_it(
         assert printed["listed"] == (["dir", "new.txt", "new2"] if everything else []), result
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES if "no-namespaces" in m])
-def test_files_on_the_shared_disk_are_a_channel_where_the_caller_allows_them(mode):
-    """Why a run without a private root makes no file by default: with ``Limits.disk_files`` the
-    two copies' files are on one filesystem, and the reader's new files get numbers that fall
-    back each time the writer's 300 go."""
-    results = run_in_mode(mode, [{"program": rendezvous_program(copy), "tests": TESTS1, "entry_point": "f",
-                                  "disk_files": True} for copy in (0, 1)])
-    assert "chroot" not in results[1]["isolation"], results
-    assert "inodes" in _found(results[1]["stdout"]), results
+# Two copies side by side for 2 s: copy 0 makes 120 empty files, holds them 0.2 s, removes them,
+# waits 0.2 s, and again; copy 1 makes a file every 10 ms, reads its inode number and removes it.
+# On a filesystem both write (ext4 gives the first free inode) copy 1's numbers jump up while copy
+# 0 holds its files and fall back when it removes them; on a tmpfs of its own they only grow.
+INODES = """
+import os, time
+COPY = {COPY}
+def watch():
+    numbers, made = [], 0
+    start = time.monotonic()
+    while time.monotonic() < start + 2.0:
+        try:
+            if COPY:
+                probe = os.open("probe", os.O_WRONLY | os.O_CREAT, 0o600)
+                numbers.append(os.fstat(probe).st_ino)
+                os.close(probe)
+                os.remove("probe")
+                time.sleep(0.01)
+            else:
+                for i in range(120):
+                    os.close(os.open("held%d" % i, os.O_WRONLY | os.O_CREAT, 0o600))
+                    made += 1
+                time.sleep(0.2)
+                for i in range(120):
+                    os.remove("held%d" % i)
+                time.sleep(0.2)
+        except OSError:
+            time.sleep(0.01)
+    falls = sum(1 for old, new in zip(numbers, numbers[1:]) if new < old - 60)
+    print("INODES made", made, "read", len(numbers), "falls", falls, flush=True)
+    return falls
+FALLS = watch()
+def f(x):
+    return -1
+"""
+
+
+def _falls(printed: str) -> tuple[int, int, int]:
+    """(files the writer made, numbers the reader read, falls of 60+ between two reads)."""
+    line = [part for part in printed.splitlines() if part.startswith("INODES ")]
+    assert line, printed
+    words = line[0].split()
+    return int(words[2]), int(words[4]), int(words[6])
+
+
+def test_unsandboxed_control_reads_another_processes_files_in_inode_numbers(tmp_path):
+    """The control: the two copies as plain processes in one directory; the reader's numbers fall
+    back each time the writer's files go (five times in 2 s)."""
+    procs = [subprocess.Popen([sys.executable, "-c", INODES.replace("{COPY}", str(copy))], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for copy in (0, 1)]
+    outs = [proc.communicate(timeout=60) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outs
+    assert _falls(outs[1][0])[2] >= 3, outs
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_run_reads_another_runs_files_in_inode_numbers(mode):
+    """In every mode, by default: side by side, copy 1 sees no fall (with a private root each has
+    a tmpfs of its own; without one neither can make a file). With ``Limits.disk_files`` where
+    there is no private root, the channel is there: why files are refused by default."""
+    for allowed in (False, True):
+        results = run_in_mode(mode, [{"program": INODES.replace("{COPY}", str(copy)), "tests": TESTS1,
+                                      "entry_point": "f", "disk_files": allowed} for copy in (0, 1)])
+        made, read, falls = _falls(results[1]["stdout"])
+        private = "chroot" in results[1]["isolation"]
+        assert _falls(results[0]["stdout"])[0] >= (120 if private or allowed else 0), results
+        if private or not allowed:
+            assert falls == 0 and (read > 50 if private else read == 0), results
+        else:  # (fewer than outside: each file the guards let it make costs a walk of its directory)
+            assert falls >= 2, results
 
 
 # Bits left in the page cache for a later run, by timing only (no call the filter refuses): the
