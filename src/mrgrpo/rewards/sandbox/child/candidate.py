@@ -252,8 +252,7 @@ def _install_guard(workdir, stdlib, guards_only, disk=None, makes_files=True):
                 deny("writing outside the working directory")
             if writing and not room(path):
                 deny("writing more than the run's files may hold (Limits.tmpfs_mb)")
-            if not makes_files and makes(path, flags if type_(flags) is int else (
-                    posix.O_CREAT if type_(mode) is str and any(c in mode for c in "wax") else 0)):
+            if not makes_files and makes(path, flags):  # (the event's flags: the open's own, always an int)
                 raise PermissionError(no_files)
             if guards_only and not readable(path):
                 deny("reading outside the standard library and the working directory")
