@@ -150,6 +150,20 @@ def test_missing_tests_mean_unscored():
     assert got["pass"] == [None] and got["run"] == [None] and got["syntax"] == [1.0]
 
 
+def test_files_without_a_private_root_are_a_suite_option():
+    """``disk_files`` reaches the sandbox's limits (``rewards.options.disk_files`` in a config);
+    unset, the limits given decide (refused by default)."""
+    from mrgrpo.errors import ConfigError
+    from mrgrpo.rewards.sandbox import Limits
+
+    limits = lambda **options: code_state(get_suite("code", components=("format",), **options)).executor.limits
+    assert limits().disk_files is False and limits(disk_files=True).disk_files is True
+    assert limits(limits=Limits(disk_files=True)).disk_files is True
+    assert limits(limits=Limits(disk_files=True), disk_files=False).disk_files is False
+    with pytest.raises(ConfigError, match="disk_files must be true or false"):
+        limits(disk_files="yes")
+
+
 def test_unknown_component_is_rejected():
     with pytest.raises(ValueError, match="unknown code reward component"):
         get_suite("code", components=("pass", "speed"))

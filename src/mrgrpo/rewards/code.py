@@ -667,13 +667,18 @@ def code_state(suite: RewardSuite) -> CodeRewardState:
     raise ConfigError(f"suite {suite.name!r} has no code reward component")
 
 
-def _limits(timeout: float | None, memory_mb: int | None, limits: Limits | None) -> Limits:
+def _limits(timeout: float | None, memory_mb: int | None, limits: Limits | None,
+            disk_files: bool | None = None) -> Limits:
     base = limits or Limits()
-    changes = {}
+    changes: dict[str, Any] = {}
     if timeout is not None:
         changes.update(wall_s=float(timeout), cpu_s=max(1, int(round(timeout))))
     if memory_mb is not None:
         changes["memory_mb"] = int(memory_mb)
+    if disk_files is not None:
+        if not isinstance(disk_files, bool):
+            raise ConfigError(f"disk_files must be true or false, not {disk_files!r}")
+        changes["disk_files"] = disk_files
     return Limits(**{**base.__dict__, **changes})
 
 
@@ -694,6 +699,7 @@ def code_suite(
     extra_repeats: int = 6,
     cache_bytes: int = 128 << 20,
     max_harness_share: float | None = 0.15,
+    disk_files: bool | None = None,
 ) -> RewardSuite:
     """CorrGRPO's code suite: format, syntax, compile, run, pass, ast_similarity, efficiency.
 
@@ -711,11 +717,13 @@ def code_suite(
     the reference's own work) is deducted from every efficiency, and ``efficiency`` abstains where
     it exceeds this share (``None``: neither; docs/sandbox.md).
     ``cache_size``, ``cache_bytes``: the bounds of the result cache (entries, bytes), and of the
-    timing cache.
+    timing cache. ``disk_files``: let programs make files where the sandbox has no private root
+    (namespaces refused), at the cost of a channel between concurrent runs
+    (:class:`~mrgrpo.rewards.sandbox.Limits`; ``None``: as ``limits``, by default refused).
     """
     components = tuple(components)
     executor = CodeExecutor(
-        _limits(timeout, memory_mb, limits), workers, cache_size, require_isolation, allow_unisolated,
+        _limits(timeout, memory_mb, limits, disk_files), workers, cache_size, require_isolation, allow_unisolated,
         timing_repeats, reference_repeats, extra_repeats, cache_bytes,
     )
     if any(c in components for c in ("run", "pass", "efficiency", "pass_rate", "executable")):
