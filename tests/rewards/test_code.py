@@ -160,7 +160,7 @@ def test_files_without_a_private_root_are_a_suite_option():
     assert limits().disk_files is False and limits(disk_files=True).disk_files is True
     assert limits(limits=Limits(disk_files=True)).disk_files is True
     assert limits(limits=Limits(disk_files=True), disk_files=False).disk_files is False
-    with pytest.raises(ConfigError, match="disk_files must be true or false"):
+    with pytest.raises(ConfigError, match="disk_files must be True or False"):
         limits(disk_files="yes")
 
 

@@ -46,6 +46,37 @@ def leftovers() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "mrgrpo-sbx-*")))
 
 
+# --- limits ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, message", [
+    ("cpu_s", 2.5, "Limits.cpu_s must be a positive whole number, not 2.5"),
+    ("memory_mb", 0, "Limits.memory_mb must be a positive whole number, not 0"),
+    ("open_files", True, "Limits.open_files must be a positive whole number, not True"),
+    ("wall_s", "10", "Limits.wall_s must be a positive number of seconds, not '10'"),
+    ("wall_s", float("inf"), "Limits.wall_s must be a positive number of seconds, not inf"),
+    ("decode_cpu_s", -1.0, "Limits.decode_cpu_s must be a positive number of seconds, not -1.0"),
+    ("disk_files", "no", "Limits.disk_files must be True or False, not 'no'"),
+    ("cgroup", "", "Limits.cgroup must be a cgroup directory's path or None, not ''"),
+])
+def test_limits_refuse_what_they_would_misread(field, value, message):
+    """A limit that would be truncated (2.5 s of CPU as 2), read as true (the string "no") or
+    fail deep inside a run is a one-line ConfigError naming the field, where it is made."""
+    from mrgrpo.errors import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        Limits(**{field: value})
+    assert str(error.value) == message
+    with pytest.raises(ConfigError):
+        dataclasses.replace(Limits(), **{field: value})
+
+
+def test_limits_keep_numpy_numbers_as_python_ones():
+    import numpy as np
+
+    limits = Limits(cpu_s=np.int64(3), wall_s=np.float32(2.5))
+    assert (limits.cpu_s, limits.wall_s) == (3, 2.5) and type(limits.cpu_s) is int and type(limits.wall_s) is float
+
+
 # --- verdicts of ordinary programs --------------------------------------------------------
 
 def test_verdicts_of_ordinary_programs(launcher):

@@ -676,9 +676,7 @@ def _limits(timeout: float | None, memory_mb: int | None, limits: Limits | None,
     if memory_mb is not None:
         changes["memory_mb"] = int(memory_mb)
     if disk_files is not None:
-        if not isinstance(disk_files, bool):
-            raise ConfigError(f"disk_files must be true or false, not {disk_files!r}")
-        changes["disk_files"] = disk_files
+        changes["disk_files"] = disk_files  # (Limits checks it)
     return Limits(**{**base.__dict__, **changes})
 
 

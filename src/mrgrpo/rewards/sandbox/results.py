@@ -3,12 +3,15 @@ reading of a judge's report into a :class:`Result` (runs in the caller)."""
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 
+from mrgrpo.errors import ConfigError
 from mrgrpo.rewards.sandbox.memcg import CGROUP_ENV
 
 
@@ -78,6 +81,28 @@ class Limits:
     decode_items: int = 1 << 21
     cgroup: str | None = field(default_factory=lambda: os.environ.get(CGROUP_ENV) or None)
     disk_files: bool = False
+
+    def __post_init__(self) -> None:
+        """Each value checked where it is made: a one-line :class:`~mrgrpo.errors.ConfigError`
+        naming the field (a string, a float for a count, a bool for a number, 0 or less would
+        otherwise be truncated, or fail deep inside a run). Numbers of other types (numpy's)
+        are kept as Python's ``int`` and ``float``."""
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if spec.name == "cgroup":
+                if value is not None and (not isinstance(value, str) or not value):
+                    raise ConfigError(f"Limits.cgroup must be a cgroup directory's path or None, not {value!r}")
+            elif spec.name == "disk_files":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"Limits.disk_files must be True or False, not {value!r}")
+            elif spec.name in ("wall_s", "decode_cpu_s"):
+                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+                    raise ConfigError(f"Limits.{spec.name} must be a positive number of seconds, not {value!r}")
+                object.__setattr__(self, spec.name, float(value))
+            elif isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+                raise ConfigError(f"Limits.{spec.name} must be a positive whole number, not {value!r}")
+            else:
+                object.__setattr__(self, spec.name, int(value))
 
 
 @dataclass(frozen=True)
