@@ -237,3 +237,90 @@ def _deep_and_flood(mode: str, top: Path) -> None:
     assert 1 <= by_fd <= 66 and fd_files == 0, made  # the guards stop dir_fd nesting; seccomp dir_fd writes
     assert os.listdir(tmp) == [], os.listdir(tmp)  # nothing left behind
     assert got["signals"] == []
+
+
+# --- what a killed caller left ------------------------------------------------------------
+
+def _started(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+
+
+def test_the_run_directories_of_a_caller_that_is_gone_are_removed_by_the_next(tmp_path, monkeypatch):
+    """Named after their caller (PID namespace, pid, start time): those of a caller that ended
+    go; those of live callers (this one, another), of another PID namespace, and of another
+    naming stay."""
+    from mrgrpo.rewards.sandbox import cleanup
+
+    monkeypatch.setattr(cleanup, "_swept", set())
+    namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    ended = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ended_start = _started(ended.pid)
+    ended.kill()
+    ended.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        prefix = lambda ns, pid, start: f"mrgrpo-sbx-{ns}-{pid}-{start}-"
+        names = {
+            "ended": prefix(namespace, ended.pid, ended_start) + "a1b2c3d4",
+            "reused pid": prefix(namespace, alive.pid, "1") + "e5f6g7h8",  # its pid now another's
+            "alive": prefix(namespace, alive.pid, _started(alive.pid)) + "i9j0k1l2",
+            "this one": cleanup.owned_prefix() + "m3n4o5p6",
+            "other namespace": prefix(int(namespace) + 1, ended.pid, ended_start) + "q7r8s9t0",
+            "other naming": "mrgrpo-sbx-u1v2w3x4",
+        }
+        for name in names.values():
+            (tmp_path / name / "tmp" / "work").mkdir(parents=True)
+            (tmp_path / name / "tmp" / "work" / "left").write_text("x")
+        removed = cleanup.sweep_stale(str(tmp_path))
+        gone = {key for key, name in names.items() if not (tmp_path / name).exists()}
+        assert gone == {"ended", "reused pid"} and len(removed) == 2, (gone, removed)
+        assert cleanup.sweep_stale(str(tmp_path)) == []  # once per process and directory
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+KILLED_CALLER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import mrgrpo.rewards.sandbox as sandbox
+from mrgrpo.rewards.sandbox import Job, Limits, run
+sandbox._refused_layers = frozenset({"namespaces"})  # a directory of the caller's for each run
+print("RUNNING", flush=True)
+run(Job("import time\\ntime.sleep(60)\\ndef f(x):\\n    return x\\n", "def check(candidate):\\n    assert candidate(1) == 1\\n",
+        "humaneval", "f", Limits(wall_s=60, cpu_s=60)))
+"""
+
+
+def test_a_caller_killed_in_a_run_leaves_a_directory_the_next_caller_removes(tmp_path, monkeypatch):
+    """SIGKILL, as the OOM killer sends: the caller removes nothing, its sandbox processes end
+    with it, and the next caller's first run in that temporary directory removes what it left."""
+    import signal
+    import time
+
+    import mrgrpo.rewards.sandbox as sandbox
+    from mrgrpo.rewards.sandbox import Job, Limits, Verdict, cleanup, run
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    caller = subprocess.Popen([sys.executable, "-c", KILLED_CALLER, str(SRC)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        assert caller.stdout.readline().strip() == "RUNNING"
+        deadline = time.monotonic() + 30
+        while not list(tmp.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # its candidate is in the run
+    finally:
+        caller.send_signal(signal.SIGKILL)
+        caller.wait()
+    left = list(tmp.iterdir())
+    assert len(left) == 1 and left[0].name.startswith(f"mrgrpo-sbx-{os.stat('/proc/self/ns/pid').st_ino}-{caller.pid}-"), left
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(cleanup, "_swept", set())
+    monkeypatch.setattr(sandbox, "_refused_layers", frozenset({"namespaces"}))
+    result = run(Job("def f(x):\n    return x\n", "def check(candidate):\n    assert candidate(1) == 1\n", "humaneval",
+                     "f", Limits(wall_s=10, cpu_s=5)))
+    assert result.verdict is Verdict.PASSED, result
+    assert list(tmp.iterdir()) == []  # the killed caller's directory, and this run's own

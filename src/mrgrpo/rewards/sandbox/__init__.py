@@ -89,7 +89,7 @@ from functools import lru_cache
 from mrgrpo.errors import ConfigError, IsolationError
 from mrgrpo.rewards.sandbox import memcg, processes
 from mrgrpo.rewards.sandbox.cases import build_tree, declared_stubs, global_names
-from mrgrpo.rewards.sandbox.cleanup import remove_workdir
+from mrgrpo.rewards.sandbox.cleanup import owned_prefix, remove_workdir, sweep_stale
 from mrgrpo.rewards.sandbox.null import null_job
 from mrgrpo.rewards.sandbox.results import Job, Limits, Result, Verdict
 
@@ -239,7 +239,8 @@ def _run(job: Job, launcher: bool, require_isolation: bool, allow_unisolated: bo
     try:
         while True:
             if workdir is None:
-                workdir = tempfile.mkdtemp(prefix="mrgrpo-sbx-")
+                sweep_stale(tempfile.gettempdir())  # what killed callers left (once per process)
+                workdir = tempfile.mkdtemp(prefix=owned_prefix())
                 os.chmod(workdir, 0o700)
             try:
                 judge, candidate, n_cases = _payloads(job, workdir, uid, minimum, timing, record)

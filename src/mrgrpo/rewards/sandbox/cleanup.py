@@ -7,6 +7,11 @@ one open directory at a time, so neither the interpreter's stack nor the caller'
 descriptors grow with the depth), relative to directory fds (no path is ever longer than one
 name), never following a symbolic link, under a deadline; :func:`remove_workdir` never raises:
 what it could not remove is logged, one line.
+
+A caller killed outright (SIGKILL, the OOM killer) removes none of its runs' directories. Each
+is named after its caller (:func:`owned_prefix`: the caller's PID namespace, pid and start
+time), and the next caller in the same temporary directory and PID namespace removes those
+whose caller is gone (:func:`sweep_stale`, at its first run there).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ logger = logging.getLogger("mrgrpo.rewards.sandbox")
 #: Seconds one working directory's removal may take before the rest is left (and logged).
 #: Removing costs about what creating cost, and a candidate creates within its CPU limit.
 CLEANUP_S = 60.0
+#: The start of every run directory's name (then, where /proc tells them, the caller's PID
+#: namespace, pid and start time: :func:`owned_prefix`).
+PREFIX = "mrgrpo-sbx-"
 #: Subdirectory names remembered per scan of a directory (it is scanned again when they are done).
 _BATCH = 4096
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -128,3 +136,73 @@ def remove_workdir(path: str, timeout: float = CLEANUP_S) -> bool:
         logger.warning("mrgrpo sandbox: could not remove the working directory %s (%s: %s)", path,
                        type(error).__name__, str(error)[:200])
         return False
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot: ``/proc/<pid>/stat``'s 22nd field),
+    None where there is no such process (or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        return data.rsplit(b")", 1)[1].split()[19].decode("ascii")
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
+
+
+def owned_prefix() -> str:
+    """``mrgrpo-sbx-<pid namespace>-<pid>-<start>-``: the start of the name of a run directory
+    this process makes, so that a later caller can tell when its maker is gone (a pid alone
+    could be another process's by then). Just ``mrgrpo-sbx-`` without ``/proc`` (never swept)."""
+    pid = os.getpid()
+    if pid not in _prefixes:  # (a forked caller is another process: its own prefix)
+        namespace, start = _pid_namespace(), _process_start(pid)
+        _prefixes[pid] = PREFIX if namespace is None or start is None else f"{PREFIX}{namespace}-{pid}-{start}-"
+    return _prefixes[pid]
+
+
+_prefixes: dict[int, str] = {}
+
+
+_swept: set[tuple[int, str]] = set()
+
+
+def sweep_stale(tempdir: str) -> list[str]:
+    """Remove the run directories in ``tempdir`` whose caller, of this PID namespace, is gone
+    (killed before it could remove them); once per process and directory. Directories of live
+    callers, of other PID namespaces (whose pids this one cannot check), of other users (unless
+    this is root) and of another naming are left. Returns the paths removed."""
+    key = (os.getpid(), tempdir)
+    if key in _swept:
+        return []
+    _swept.add(key)
+    namespace = _pid_namespace()
+    if namespace is None:
+        return []
+    ours = PREFIX + namespace + "-"
+    try:
+        names = [name for name in os.listdir(tempdir) if name.startswith(ours)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        fields = name[len(ours):].split("-")
+        if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
+            continue
+        if _process_start(int(fields[0])) == fields[1]:
+            continue  # its caller is alive
+        path = os.path.join(tempdir, name)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode) or (os.geteuid() != 0 and os.lstat(path).st_uid != os.geteuid()):
+                continue
+        except OSError:
+            continue
+        if remove_workdir(path):
+            removed.append(path)
+    return removed
