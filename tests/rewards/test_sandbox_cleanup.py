@@ -272,6 +272,10 @@ def test_the_run_directories_of_a_caller_that_is_gone_are_removed_by_the_next(tm
         for name in names.values():
             (tmp_path / name / "tmp" / "work").mkdir(parents=True)
             (tmp_path / name / "tmp" / "work" / "left").write_text("x")
+        monkeypatch.setattr(cleanup, "SWEEP_S", 0.0)  # bounded in time: past it, left for a later sweep
+        assert cleanup.sweep_stale(str(tmp_path)) == [] and all((tmp_path / name).exists() for name in names.values())
+        monkeypatch.setattr(cleanup, "SWEEP_S", 10.0)
+        monkeypatch.setattr(cleanup, "_swept", set())
         removed = cleanup.sweep_stale(str(tmp_path))
         gone = {key for key, name in names.items() if not (tmp_path / name).exists()}
         assert gone == {"ended", "reused pid"} and len(removed) == 2, (gone, removed)

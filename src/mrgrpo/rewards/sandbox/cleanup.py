@@ -29,6 +29,9 @@ CLEANUP_S = 60.0
 #: The start of every run directory's name (then, where /proc tells them, the caller's PID
 #: namespace, pid and start time: :func:`owned_prefix`).
 PREFIX = "mrgrpo-sbx-"
+#: Seconds one sweep of what killed callers left may take in all (the first run waits for it);
+#: what is left then is removed by a later caller's sweep.
+SWEEP_S = 10.0
 #: Subdirectory names remembered per scan of a directory (it is scanned again when they are done).
 _BATCH = 4096
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -177,7 +180,8 @@ def sweep_stale(tempdir: str) -> list[str]:
     """Remove the run directories in ``tempdir`` whose caller, of this PID namespace, is gone
     (killed before it could remove them); once per process and directory. Directories of live
     callers, of other PID namespaces (whose pids this one cannot check), of other users (unless
-    this is root) and of another naming are left. Returns the paths removed."""
+    this is root) and of another naming are left; at most :data:`SWEEP_S` seconds in all.
+    Returns the paths removed."""
     key = (os.getpid(), tempdir)
     if key in _swept:
         return []
@@ -190,8 +194,10 @@ def sweep_stale(tempdir: str) -> list[str]:
         names = [name for name in os.listdir(tempdir) if name.startswith(ours)]
     except OSError:
         return []
-    removed = []
+    removed, deadline = [], time.monotonic() + SWEEP_S
     for name in names:
+        if time.monotonic() >= deadline:
+            break
         fields = name[len(ours):].split("-")
         if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
             continue
@@ -203,6 +209,6 @@ def sweep_stale(tempdir: str) -> list[str]:
                 continue
         except OSError:
             continue
-        if remove_workdir(path):
+        if remove_workdir(path, timeout=max(0.0, deadline - time.monotonic())):
             removed.append(path)
     return removed
