@@ -159,6 +159,10 @@ def _pid_namespace() -> str | None:
         return None
 
 
+_prefixes: dict[int, str] = {}  # pid -> its owned_prefix
+_swept: set[tuple[int, str]] = set()  # (pid, temporary directory) swept already
+
+
 def owned_prefix() -> str:
     """``mrgrpo-sbx-<pid namespace>-<pid>-<start>-``: the start of the name of a run directory
     this process makes, so that a later caller can tell when its maker is gone (a pid alone
@@ -168,12 +172,6 @@ def owned_prefix() -> str:
         namespace, start = _pid_namespace(), _process_start(pid)
         _prefixes[pid] = PREFIX if namespace is None or start is None else f"{PREFIX}{namespace}-{pid}-{start}-"
     return _prefixes[pid]
-
-
-_prefixes: dict[int, str] = {}
-
-
-_swept: set[tuple[int, str]] = set()
 
 
 def sweep_stale(tempdir: str) -> list[str]:
@@ -205,9 +203,10 @@ def sweep_stale(tempdir: str) -> list[str]:
             continue  # its caller is alive
         path = os.path.join(tempdir, name)
         try:
-            if not stat.S_ISDIR(os.lstat(path).st_mode) or (os.geteuid() != 0 and os.lstat(path).st_uid != os.geteuid()):
-                continue
+            found = os.lstat(path)
         except OSError:
+            continue
+        if not stat.S_ISDIR(found.st_mode) or (os.geteuid() != 0 and found.st_uid != os.geteuid()):
             continue
         if remove_workdir(path, timeout=max(0.0, deadline - time.monotonic())):
             removed.append(path)
