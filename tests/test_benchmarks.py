@@ -78,3 +78,9 @@ def test_sandbox_benchmark_prints_throughput_layer_costs_and_efficiency_noise(tm
         assert set(problem["unscored"]) <= {"under the floor", "self-served share over the bound", "disturbed"}, problem
     wrong = subprocess.run([sys.executable, script, "--efficiency", "--tasks", "HumanEval/999"], capture_output=True, text=True)
     assert wrong.returncode != 0 and "--tasks: no problem HumanEval/999" in wrong.stderr
+
+
+def test_sandbox_lifetimes_benchmark_prints_what_was_sent_and_read():
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "sandbox_lifetimes.py"), "--pairs", "4"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "sent:" in out and "read:" in out and "read exactly after taking off" in out and "of 4" in out
