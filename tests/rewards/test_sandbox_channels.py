@@ -461,6 +461,8 @@ attempt("os.open", lambda: os.close(os.open("new2", os.O_WRONLY | os.O_CREAT | o
 attempt("O_TMPFILE", lambda: os.close(os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)))
 attempt("mkdir", lambda: os.mkdir("dir"))
 attempt("tempfile", lambda: tempfile.TemporaryFile(dir=".").close())
+directory = os.open(".", os.O_RDONLY | os.O_DIRECTORY)  # opening a directory makes nothing (O_TMPFILE shares its bit)
+os.close(directory)
 print("MADE", json.dumps({"made": MADE, "listed": sorted(os.listdir("."))}), flush=True)
 def f(x):
     return -1

@@ -165,16 +165,21 @@ def _install_guard(workdir, stdlib, guards_only, disk=None, makes_files=True):
     def deny(event):
         raise PermissionError("sandbox: %s is not allowed" % event)
 
-    creating = posix.O_CREAT | getattr(posix, "O_TMPFILE", 0)
+    tmpfile = getattr(posix, "O_TMPFILE", 0)  # (its bits include O_DIRECTORY's: all of them, or not it)
     no_files = ("sandbox: making files is not allowed without a private root (the caller's disk is shared "
                 "by concurrent runs); write to memory (io.StringIO) or set Limits.disk_files")
 
     def makes(path, flags):
-        """Whether this ``open`` would make a file (its ``O_CREAT`` names no file that exists)."""
-        if type_(flags) is not int or not flags & creating:
+        """Whether this ``open`` would make a file: ``O_TMPFILE``, or an ``O_CREAT`` naming no
+        file that exists."""
+        if type_(flags) is not int:
             return False
-        if flags & creating != posix.O_CREAT or type_(path) not in (str, bytes):
-            return True  # O_TMPFILE; or creating from what is not a path
+        if tmpfile and flags & tmpfile == tmpfile:
+            return True
+        if not flags & posix.O_CREAT:
+            return False
+        if type_(path) not in (str, bytes):
+            return True  # creating from what is not a path
         try:
             stat(path)
         except OSError:
